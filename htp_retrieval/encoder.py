@@ -1,0 +1,441 @@
+"""``HTPEncoder``: HTP and every baseline on an unmodified Hugging Face decoder.
+
+Example:
+    >>> from htp_retrieval import HTPEncoder
+    >>> enc = HTPEncoder("smollm2-135m-instruct", method="htp")      # doctest: +SKIP
+    >>> docs = enc.encode(["First sentence. Second one."])           # doctest: +SKIP
+    >>> qs = enc.encode(["a claim"], instruction="Given a scientific claim, retrieve "
+    ...                 "documents that support or refute the claim")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from htp_retrieval.layout import (
+    Layout,
+    TemplateIds,
+    build_layout,
+    render_layout,
+    sentence_block_starts,
+    token_block_starts,
+    token_sentence_index,
+)
+from htp_retrieval.methods import MethodSpec, get_method
+from htp_retrieval.models import DEFAULT_MODEL, layer_preset, load_model, resolve_exit_layer
+from htp_retrieval.pooling import last_pool, mean_pool
+from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
+from htp_retrieval.segmentation import Segmenter, SegmenterName, get_segmenter
+
+PST = "<PST>"
+BPST = "<B-PST>"
+PaddingSide = Literal["right", "left"]
+PlaceholderInit = str
+"""``mean`` (mean of the embedding matrix, as ``resize_token_embeddings`` does),
+``zeros``, ``bos``, or ``token:<text>`` (a copy of that token's embedding, e.g. ``token:.``)."""
+
+PROMPTEOL_BEFORE = 'This sentence : "'
+PROMPTEOL_AFTER = '" means in one word:"'
+ECHO_BEFORE = "Rewrite the sentence:"
+ECHO_MIDDLE = ", rewritten sentence:"
+INSTRUCTION_FORMAT = "{instruction} Text:"
+
+
+@dataclass
+class EncodeStats:
+    """Cost counters of the last :meth:`HTPEncoder.encode` call.
+
+    Attributes:
+        n_texts: Texts encoded.
+        text_tokens: Text tokens after truncation (one copy per text).
+        input_tokens: Tokens fed to the model, placeholders and templates included.
+        padded_tokens: Tokens in the padded batches (``sum(batch_rows * batch_len)``).
+        prepare_seconds: Tokenization, segmentation and layout building, in seconds.
+        forward_seconds: Decoder forward passes (copies included), in seconds.
+        pool_seconds: Pooling and normalization, in seconds.
+        total_seconds: Wall time of the call, in seconds.
+    """
+
+    n_texts: int = 0
+    text_tokens: int = 0
+    input_tokens: int = 0
+    padded_tokens: int = 0
+    prepare_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    pool_seconds: float = 0.0
+    total_seconds: float = 0.0
+    batches: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of padded batch slots that hold padding (0..1)."""
+        return 0.0 if not self.padded_tokens else 1 - self.input_tokens / self.padded_tokens
+
+
+class HTPEncoder:
+    """Embed texts with HTP (Ding et al., ACL 2026) or a baseline method.
+
+    The decoder is the unmodified Hugging Face model: ``<PST>``/``<B-PST>`` are added to the
+    tokenizer as special tokens, their input embeddings are filled at run time (the weights
+    are never resized), copies are forward pre-hooks on the layers in [tp_start, tp_exit),
+    and early exit stops after L' layers without computing the LM head.
+
+    Args:
+        model: A packaged name (default ``smollm2-135m-instruct``), a ``.gguf`` path, a local
+            directory, a hub id, or an already loaded causal LM (then pass ``tokenizer``).
+        method: Method name or alias (see :data:`htp_retrieval.methods.METHODS`).
+        tokenizer: Tokenizer for a model object (must be a fast tokenizer).
+        k: Sentences per block, K (default: the method's, 1).
+        tokens_per_block: N for fixed-token blocks.
+        segmenter: Sentence splitter name or object (``sentencizer`` default).
+        max_length: Maximum text tokens kept per text (placeholders and templates come on
+            top and are never cut).
+        tp_start: First layer receiving copies (default: the model family's preset).
+        tp_exit: Copies stop before this layer (exclusive; default: preset).
+        output_layer: Early exit as ``hidden_states[output_layer]`` (default: preset, e.g.
+            -2 = second-to-last layer). The same exit applies to every method.
+        device: ``auto``, ``cpu``, ``cuda``.
+        dtype: ``bfloat16`` (default), ``float16`` or ``float32``.
+        padding_side: ``right`` or ``left``; both give the same embeddings.
+        placeholder_init: Input embedding of the placeholders (:data:`PlaceholderInit`).
+        batch_size: Maximum texts per batch.
+        max_tokens_per_batch: Maximum padded tokens per batch (rows x longest row).
+
+    Raises:
+        ValueError: for an unknown method, an invalid layer range or padding side.
+    """
+
+    def __init__(
+        self,
+        model: str | Any = DEFAULT_MODEL,
+        method: str | MethodSpec = "htp",
+        *,
+        tokenizer: Any | None = None,
+        k: int | None = None,
+        tokens_per_block: int | None = None,
+        segmenter: SegmenterName | Segmenter = "sentencizer",
+        max_length: int = 512,
+        tp_start: int | None = None,
+        tp_exit: int | None = None,
+        output_layer: int | None = None,
+        device: str = "auto",
+        dtype: str = "bfloat16",
+        padding_side: PaddingSide = "right",
+        placeholder_init: PlaceholderInit = "mean",
+        batch_size: int = 32,
+        max_tokens_per_batch: int = 16384,
+    ) -> None:
+        self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
+        if isinstance(model, str):
+            self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
+            self.model_name = model
+        else:
+            if tokenizer is None:
+                raise ValueError("pass tokenizer= together with a model object")
+            self.model, self.tokenizer = model, tokenizer
+            self.model_name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError("a fast tokenizer (with offset mapping) is required")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.n_layers = len(decoder_layers(self.model))
+        preset = layer_preset(self.model.config.model_type)
+        self.tp_start = preset.tp_start if tp_start is None else tp_start
+        self.tp_exit = min(preset.tp_exit, self.n_layers) if tp_exit is None else tp_exit
+        self.output_layer = preset.output_layer if output_layer is None else output_layer
+        self.exit_layer = resolve_exit_layer(self.output_layer, self.n_layers)
+        if not 0 <= self.tp_start <= self.tp_exit <= self.n_layers:
+            raise ValueError(
+                f"need 0 <= tp_start <= tp_exit <= {self.n_layers}, got "
+                f"tp_start={self.tp_start}, tp_exit={self.tp_exit}"
+            )
+        self.max_length = max_length
+        self.padding_side: PaddingSide = padding_side
+        self.placeholder_init = placeholder_init
+        self.batch_size = batch_size
+        self.max_tokens_per_batch = max_tokens_per_batch
+        self._segmenter_arg = segmenter
+        self._segmenter: Segmenter | None = None
+        self._lock = threading.Lock()
+        self.last_stats = EncodeStats()
+
+        tok = self.tokenizer
+        tok.add_special_tokens({"additional_special_tokens": [PST, BPST]},
+                               replace_extra_special_tokens=False)
+        self.pst_id = tok.convert_tokens_to_ids(PST)
+        self.bpst_id = tok.convert_tokens_to_ids(BPST)
+        sink = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        self.sink_ids: tuple[int, ...] = (sink,) if sink is not None else ()
+        self.template = self._template_ids()
+        self._init_vec: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def segmenter(self) -> Segmenter:
+        """The sentence segmenter, created on first use."""
+        if self._segmenter is None:
+            self._segmenter = get_segmenter(self._segmenter_arg)
+        return self._segmenter
+
+    def _ids(self, text: str) -> tuple[int, ...]:
+        if not text:
+            return ()
+        return tuple(
+            self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
+        )
+
+    def _template_ids(self) -> TemplateIds:
+        t = self.spec.template
+        if t == "prompteol":
+            return TemplateIds(self._ids(PROMPTEOL_BEFORE), (), self._ids(PROMPTEOL_AFTER))
+        if t == "echo":
+            return TemplateIds(self._ids(ECHO_BEFORE), self._ids(ECHO_MIDDLE), ())
+        return TemplateIds()
+
+    def prefix_ids(self, instruction: str | None) -> tuple[int, ...]:
+        """Sink token (BOS) plus the formatted instruction, ``[prefix_len]`` ids."""
+        instr = INSTRUCTION_FORMAT.format(instruction=instruction) if instruction else ""
+        return self.sink_ids + self._ids(instr)
+
+    def build_layouts(
+        self, texts: Sequence[str], *, instruction: str | None = None
+    ) -> list[Layout]:
+        """Tokenize, truncate, segment and lay out texts (no model call).
+
+        Text is truncated to ``max_length`` text tokens first; placeholders come after,
+        so they are never cut. User text is tokenized with ``split_special_tokens=True``:
+        a literal ``"<PST>"`` in it stays plain text.
+
+        Raises:
+            ValueError: if a text is not a string or is empty/whitespace-only; the message
+                names its index.
+        """
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
+            if not t.strip():
+                raise ValueError(f"text at index {i} is empty or whitespace-only")
+        enc = self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            split_special_tokens=True,
+        )
+        ids_all = [ids[: self.max_length] for ids in enc["input_ids"]]
+        offs_all = [offs[: self.max_length] for offs in enc["offset_mapping"]]
+        for i, ids in enumerate(ids_all):
+            if not ids:
+                raise ValueError(f"text at index {i} produced no tokens")
+        spec = self.spec
+        if spec.placeholders in ("local", "hierarchical") and spec.blocks == "sentence":
+            kept = [t[: offs[-1][1]] for t, offs in zip(texts, offs_all)]
+            starts_all = self.segmenter.sentence_starts(kept)
+            blocks = [
+                sentence_block_starts(token_sentence_index(offs, starts), spec.sentences_per_block)
+                for offs, starts in zip(offs_all, starts_all)
+            ]
+        elif spec.placeholders in ("local", "hierarchical"):
+            blocks = [token_block_starts(len(ids), spec.tokens_per_block) for ids in ids_all]
+        else:
+            blocks = [[0] for _ in ids_all]
+        prefix = self.prefix_ids(instruction)
+        return [
+            build_layout(
+                spec=spec,
+                text_ids=ids,
+                block_starts=b,
+                prefix_ids=prefix,
+                template=self.template,
+                pst_id=self.pst_id,
+                bpst_id=self.bpst_id,
+            )
+            for ids, b in zip(ids_all, blocks)
+        ]
+
+    def describe(self, text: str, *, instruction: str | None = None) -> str:
+        """The placeholder layout of one input, like the paper's Appendix C example."""
+        lay = self.build_layouts([text], instruction=instruction)[0]
+        toks = self.tokenizer.convert_ids_to_tokens(list(lay.input_ids))
+        return render_layout(lay, toks)
+
+    # ----------------------------------------------------------------- forward
+    def _placeholder_vector(self) -> torch.Tensor:
+        if self._init_vec is None:
+            emb = self.model.get_input_embeddings()
+            w = emb.weight
+            init = self.placeholder_init
+            with torch.no_grad():
+                if init == "mean":
+                    vec = w.float().mean(0) * float(getattr(emb, "embed_scale", 1.0))
+                elif init == "zeros":
+                    vec = torch.zeros(w.shape[1], device=w.device)
+                elif init == "bos" or init.startswith("token:"):
+                    ids = self.sink_ids if init == "bos" else self._ids(init[len("token:"):])
+                    if len(ids) != 1:
+                        raise ValueError(f"placeholder_init {init!r} must map to one token")
+                    vec = emb(torch.tensor([ids[0]], device=w.device))[0].float()
+                else:
+                    raise ValueError(f"unknown placeholder_init {init!r}")
+            self._init_vec = vec.to(w.dtype)
+        return self._init_vec
+
+    def _batches(self, lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            longest = lengths[cur[0]] if cur else lengths[i]
+            if cur and (len(cur) >= batch_size or (len(cur) + 1) * longest > max_tokens):
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        return batches
+
+    @torch.inference_mode()
+    def _forward(self, layouts: Sequence[Layout]) -> torch.Tensor:
+        dev = self.model.get_input_embeddings().weight.device
+        n = len(layouts)
+        width = max(len(lay) for lay in layouts)
+        ids = torch.full((n, width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        pool = torch.zeros((n, width), dtype=torch.float32)
+        offsets = []
+        for r, lay in enumerate(layouts):
+            off = width - len(lay) if self.padding_side == "left" else 0
+            offsets.append(off)
+            ids[r, off : off + len(lay)] = torch.tensor(lay.input_ids)
+            mask[r, off : off + len(lay)] = 1
+            pool[r, [p + off for p in lay.pool_positions]] = 1.0
+        ids, mask, pool = ids.to(dev), mask.to(dev), pool.to(dev)
+        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        emb = self.model.get_input_embeddings()
+        vocab_rows = emb.weight.shape[0]
+        is_ph = (ids == self.pst_id) | (ids == self.bpst_id)
+        embeds = emb(ids.clamp(max=vocab_rows - 1))
+        if bool(is_ph.any()):
+            embeds[is_ph] = self._placeholder_vector()
+        plan = (
+            CopyPlan.from_layouts(layouts, offsets, dev) if self.spec.uses_rewiring else None
+        )
+        hidden = run_decoder(
+            self.model,
+            inputs_embeds=embeds,
+            attention_mask=mask,
+            position_ids=position_ids,
+            exit_layer=self.exit_layer,
+            plan=plan,
+            tp_start=self.tp_start,
+            tp_exit=self.tp_exit,
+        )
+        if self.spec.pooling == "mean":
+            return mean_pool(hidden, pool)
+        last = torch.tensor([lay.last_position + o for lay, o in zip(layouts, offsets)], device=dev)
+        return last_pool(hidden, last)
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None = None,
+        batch_size: int | None = None,
+        max_tokens_per_batch: int | None = None,
+        show_progress_bar: bool = False,
+        normalize: bool = False,
+    ) -> np.ndarray:
+        """Embed texts.
+
+        Batches are sorted by length (fewest padded tokens) and the output is restored to
+        input order.
+
+        Args:
+            texts: Texts to embed.
+            instruction: Instruction put before the text (queries: the task instruction;
+                documents: usually ``None``).
+            batch_size: Maximum texts per batch (default: the encoder's).
+            max_tokens_per_batch: Maximum padded tokens per batch (default: the encoder's).
+            show_progress_bar: Show a tqdm bar over texts.
+            normalize: L2-normalize the embeddings.
+
+        Returns:
+            ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
+
+        Raises:
+            ValueError: if a text is empty, whitespace-only or not a string (names its index).
+        """
+        t0 = time.perf_counter()
+        hidden_size = self.model.config.hidden_size
+        if len(texts) == 0:
+            self.last_stats = EncodeStats()
+            return np.zeros((0, hidden_size), dtype=np.float32)
+        layouts = self.build_layouts(texts, instruction=instruction)
+        stats = EncodeStats(
+            n_texts=len(texts),
+            text_tokens=sum(lay.n_text_tokens for lay in layouts),
+            input_tokens=sum(len(lay) for lay in layouts),
+            prepare_seconds=time.perf_counter() - t0,
+        )
+        lengths = [len(lay) for lay in layouts]
+        batches = self._batches(
+            lengths,
+            batch_size or self.batch_size,
+            max(max_tokens_per_batch or self.max_tokens_per_batch, max(lengths)),
+        )
+        out = np.zeros((len(texts), hidden_size), dtype=np.float32)
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(texts), disable=not show_progress_bar, desc="encode",
+                  unit="text") as bar, self._lock:
+            for idx in batches:
+                t1 = time.perf_counter()
+                vecs = self._forward([layouts[i] for i in idx])
+                t2 = time.perf_counter()
+                if normalize:
+                    vecs = torch.nn.functional.normalize(vecs, dim=-1)
+                out[idx] = vecs.cpu().numpy()
+                stats.forward_seconds += t2 - t1
+                stats.pool_seconds += time.perf_counter() - t2
+                stats.padded_tokens += len(idx) * max(lengths[i] for i in idx)
+                stats.batches.append((len(idx), max(lengths[i] for i in idx)))
+                bar.update(len(idx))
+        stats.total_seconds = time.perf_counter() - t0
+        self.last_stats = stats
+        return out
+
+    @property
+    def hidden_size(self) -> int:
+        """Embedding dimension."""
+        return int(self.model.config.hidden_size)
+
+    def config(self) -> dict[str, Any]:
+        """The settings that define the embeddings (for results files and caches)."""
+        s = self.spec
+        return {
+            "model": self.model_name,
+            "method": s.name,
+            "k": s.sentences_per_block,
+            "tokens_per_block": s.tokens_per_block,
+            "segmenter": getattr(self._segmenter_arg, "name", self._segmenter_arg),
+            "max_length": self.max_length,
+            "tp_start": self.tp_start,
+            "tp_exit": self.tp_exit,
+            "output_layer": self.output_layer,
+            "exit_layer": self.exit_layer,
+            "n_layers": self.n_layers,
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "padding_side": self.padding_side,
+            "placeholder_init": self.placeholder_init,
+        }
+
+
+__all__ = ["HTPEncoder", "EncodeStats", "PST", "BPST", "base_model"]

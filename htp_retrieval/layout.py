@@ -1,0 +1,265 @@
+"""Pure layout functions: where text, placeholders and templates go, and the index maps.
+
+Nothing here touches a model, so every rule is testable on plain lists of ids.
+
+The HTP sequence (paper Sec. 4.1, Eq. 3, with the Appendix C prefix)::
+
+    <sink> [instruction] <B-PST>_1 .. <B-PST>_M  <PST>_1 S_1 .. <PST>_M S_M [suffix]
+
+Position 0 (``<sink>``: BOS, or the tokenizer's substitute) is the model's attention sink
+and is never a placeholder and never the target of a copy.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from htp_retrieval.methods import MethodSpec
+
+
+@dataclass(frozen=True)
+class TemplateIds:
+    """Token ids of a method's template pieces.
+
+    Attributes:
+        before: Ids placed right before the text (e.g. PromptEOL's ``This sentence : "``).
+        middle: Ids between the two copies of the text (Echo only).
+        after: Ids after the text (e.g. ``" means in one word:"``).
+    """
+
+    before: tuple[int, ...] = ()
+    middle: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One input sequence and its index maps (positions are 0-based, unpadded).
+
+    Attributes:
+        input_ids: Token ids ``[seq]``; placeholders carry the ``<PST>``/``<B-PST>`` ids.
+        pool_positions: Positions averaged by mean pooling: text tokens only (for Echo,
+            the second copy), never placeholders, instruction or template tokens.
+        last_position: Position read by last-token pooling (the final token).
+        pst_positions: Positions of ``<PST>`` tokens, in block order.
+        bpst_positions: Positions of ``<B-PST>`` tokens, in block order.
+        local_copies: ``(dst, src)`` pairs applied first: ``<PST>_m <- end(S_m)`` (Sec. 4.2),
+            or for Token Prepending ``<PST> <- last token``.
+        global_copies: ``(dst, src)`` pairs applied second: ``<B-PST>_m <- <PST>_m``
+            (Sec. 4.3).
+        n_text_tokens: Number of text tokens after truncation (one copy).
+    """
+
+    input_ids: tuple[int, ...]
+    pool_positions: tuple[int, ...]
+    last_position: int
+    pst_positions: tuple[int, ...] = ()
+    bpst_positions: tuple[int, ...] = ()
+    local_copies: tuple[tuple[int, int], ...] = ()
+    global_copies: tuple[tuple[int, int], ...] = ()
+    n_text_tokens: int = 0
+    block_sizes: tuple[int, ...] = field(default=(), compare=False)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def n_placeholders(self) -> int:
+        """Number of ``<PST>`` plus ``<B-PST>`` tokens."""
+        return len(self.pst_positions) + len(self.bpst_positions)
+
+
+def token_sentence_index(
+    token_offsets: Sequence[tuple[int, int]], sentence_starts: Sequence[int]
+) -> list[int]:
+    """Assign each token to the sentence holding its last character.
+
+    Using the last character (not the first) keeps a token with a leading space, such as
+    ``" The"``, in the sentence that the word starts.
+
+    Args:
+        token_offsets: ``(start, end)`` character offsets per token, ``[n_tokens]``.
+        sentence_starts: Character offsets where sentences start, ascending; the first
+            is usually 0.
+
+    Returns:
+        Sentence index per token, ``[n_tokens]``, non-decreasing, starting at 0.
+    """
+    out: list[int] = []
+    prev = 0
+    for start, end in token_offsets:
+        last_char = max(start, end - 1)
+        idx = max(bisect_right(sentence_starts, last_char) - 1, 0)
+        idx = max(idx, prev)  # monotone even for odd offsets
+        out.append(idx)
+        prev = idx
+    if out:
+        base = out[0]
+        out = [i - base for i in out]
+    return out
+
+
+def sentence_block_starts(sentence_index: Sequence[int], k: int) -> list[int]:
+    """Token indices where blocks of K sentences start.
+
+    Args:
+        sentence_index: Sentence index per token (from :func:`token_sentence_index`).
+        k: Sentences per block (K >= 1, paper Sec. 4.1).
+
+    Returns:
+        Ascending token indices, the first being 0; empty for an empty input.
+
+    Raises:
+        ValueError: if ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    starts: list[int] = []
+    # renumber sentences that actually own tokens, so K counts non-empty sentences
+    prev_sentence = None
+    ordinal = -1
+    for i, s in enumerate(sentence_index):
+        if s != prev_sentence:
+            ordinal += 1
+            prev_sentence = s
+            if ordinal % k == 0:
+                starts.append(i)
+    return starts
+
+
+def token_block_starts(n_tokens: int, n: int) -> list[int]:
+    """Token indices where fixed blocks of N tokens start (the paper's Fig. 7 ablation).
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"tokens per block must be >= 1, got {n}")
+    return list(range(0, n_tokens, n))
+
+
+def build_layout(
+    *,
+    spec: MethodSpec,
+    text_ids: Sequence[int],
+    block_starts: Sequence[int],
+    prefix_ids: Sequence[int],
+    template: TemplateIds,
+    pst_id: int,
+    bpst_id: int,
+) -> Layout:
+    """Assemble one input sequence for a method and compute its index maps.
+
+    Args:
+        spec: The method.
+        text_ids: Text token ids, already truncated to the max length (placeholders are
+            added after truncation, so they are never cut).
+        block_starts: Token indices (into ``text_ids``) where blocks start; used by the
+            ``local`` and ``hierarchical`` schemes. Must start at 0.
+        prefix_ids: Ids before everything else: the sink token (BOS) and the instruction.
+            Must be non-empty when the method has placeholders, so that position 0 is
+            never a placeholder.
+        template: The method's template pieces.
+        pst_id: Token id of ``<PST>``.
+        bpst_id: Token id of ``<B-PST>``.
+
+    Returns:
+        The :class:`Layout`.
+
+    Raises:
+        ValueError: if ``text_ids`` is empty, if ``block_starts`` does not start at 0 or is
+            not ascending within the text, or if a placeholder would land at position 0.
+    """
+    if len(text_ids) == 0:
+        raise ValueError("text_ids is empty")
+    ids: list[int] = list(prefix_ids)
+    pool: list[int] = []
+    pst: list[int] = []
+    bpst: list[int] = []
+    local: list[tuple[int, int]] = []
+    glob: list[tuple[int, int]] = []
+    sizes: list[int] = []
+
+    if spec.placeholders != "none" and not prefix_ids:
+        raise ValueError(
+            "prefix_ids is empty: a placeholder would sit at position 0, the attention "
+            "sink; pass a BOS/sink token in prefix_ids"
+        )
+
+    if spec.placeholders in ("local", "hierarchical"):
+        starts = list(block_starts)
+        if not starts or starts[0] != 0:
+            raise ValueError(f"block_starts must start at 0, got {starts[:3]}")
+        if any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= len(text_ids):
+            raise ValueError("block_starts must be strictly ascending and inside the text")
+        bounds = list(zip(starts, starts[1:] + [len(text_ids)]))
+    else:
+        bounds = [(0, len(text_ids))]
+
+    if spec.placeholders == "hierarchical":
+        bpst = list(range(len(ids), len(ids) + len(bounds)))
+        ids.extend([bpst_id] * len(bounds))
+
+    ids.extend(template.before)
+
+    if spec.template == "echo":
+        ids.extend(text_ids)
+        ids.extend(template.middle)
+        pool = list(range(len(ids), len(ids) + len(text_ids)))
+        ids.extend(text_ids)
+    elif spec.placeholders in ("local", "hierarchical"):
+        for a, b in bounds:
+            pst.append(len(ids))
+            ids.append(pst_id)
+            pool.extend(range(len(ids), len(ids) + (b - a)))
+            ids.extend(text_ids[a:b])
+            local.append((pst[-1], len(ids) - 1))  # <PST>_m <- end(S_m)
+            sizes.append(b - a)
+    else:
+        if spec.placeholders == "tp":
+            pst.append(len(ids))
+            ids.append(pst_id)
+        pool = list(range(len(ids), len(ids) + len(text_ids)))
+        ids.extend(text_ids)
+
+    ids.extend(template.after)
+    last = len(ids) - 1
+    if spec.placeholders == "tp":
+        local.append((pst[0], last))  # Token Prepending: <PST> <- last token
+    if spec.placeholders == "hierarchical":
+        glob = list(zip(bpst, pst))  # <B-PST>_m <- <PST>_m
+
+    if 0 in pst or 0 in bpst:
+        raise ValueError("a placeholder landed at position 0 (the attention sink)")
+    return Layout(
+        input_ids=tuple(ids),
+        pool_positions=tuple(pool),
+        last_position=last,
+        pst_positions=tuple(pst),
+        bpst_positions=tuple(bpst),
+        local_copies=tuple(local),
+        global_copies=tuple(glob),
+        n_text_tokens=len(text_ids),
+        block_sizes=tuple(sizes),
+    )
+
+
+def render_layout(layout: Layout, tokens: Sequence[str]) -> str:
+    """Render a layout as text, like the paper's Appendix C example.
+
+    Args:
+        layout: The layout.
+        tokens: The token string per position (``tokenizer.convert_ids_to_tokens``), with
+            placeholders already rendered as ``<PST>``/``<B-PST>``.
+
+    Returns:
+        One string; pooled text tokens are shown as they are, other tokens in brackets
+        ``[..]`` so the reader sees what mean pooling excludes.
+    """
+    pooled = set(layout.pool_positions)
+    out = []
+    for i, t in enumerate(tokens):
+        out.append(t if i in pooled or t in ("<PST>", "<B-PST>") else f"[{t}]")
+    return " ".join(out)

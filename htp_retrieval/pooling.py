@@ -1,0 +1,41 @@
+"""Readouts: mean pooling over text tokens and last-token pooling (paper Sec. 3.1, 4.4)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
+    """Mean pooling over the positions selected by ``pool_mask``.
+
+    Args:
+        hidden: ``[batch, seq, hidden]`` hidden states.
+        pool_mask: ``[batch, seq]``, 1 for text tokens to average, 0 elsewhere
+            (placeholders, instruction, template and padding).
+
+    Returns:
+        ``[batch, hidden]`` float32 embeddings.
+
+    Raises:
+        ValueError: if a row selects no position.
+    """
+    mask = pool_mask.to(torch.float32)
+    counts = mask.sum(dim=1, keepdim=True)
+    if bool((counts == 0).any()):
+        raise ValueError("mean pooling: a row has no text token to average")
+    summed = torch.einsum("bsh,bs->bh", hidden.to(torch.float32), mask)
+    return summed / counts
+
+
+def last_pool(hidden: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
+    """Last-token pooling.
+
+    Args:
+        hidden: ``[batch, seq, hidden]`` hidden states.
+        last_index: ``[batch]`` position of each row's final token (padding accounted for).
+
+    Returns:
+        ``[batch, hidden]`` float32 embeddings.
+    """
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return hidden[rows, last_index].to(torch.float32)

@@ -1,0 +1,186 @@
+"""Forward pre-hooks that rewire hidden states between decoder layers, and early exit.
+
+The model is the unmodified Hugging Face decoder: the copies are forward pre-hooks on its
+decoder layers, the early exit a forward hook that stops the layer loop. Copies are
+vectorized index operations over the whole batch (no Python loop over rows).
+
+Source: HTP (Ding et al., ACL 2026) Sec. 4.2 (``f_local``), Sec. 4.3 (``f_global``),
+Sec. 4.4 (early exit); Token Prepending (Fu et al., ACL 2025).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from htp_retrieval.layout import Layout
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """Flattened copy indices for one padded batch.
+
+    Each copy stage is three ``[n_copies]`` long tensors: batch row, destination position,
+    source position. Stage 1 (local) runs before stage 2 (global), so ``<B-PST>_m`` gets
+    the state ``<PST>_m`` holds after its own copy, exactly ``f_global(f_local(v))``.
+    """
+
+    local: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    global_: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+    @property
+    def empty(self) -> bool:
+        """True when the batch has no copies at all."""
+        return self.local[0].numel() == 0 and self.global_[0].numel() == 0
+
+    @classmethod
+    def from_layouts(
+        cls, layouts: Sequence[Layout], offsets: Sequence[int], device: torch.device | str
+    ) -> CopyPlan:
+        """Build the plan for a batch.
+
+        Args:
+            layouts: One layout per row.
+            offsets: Left-padding offset per row (0 with right padding), in tokens.
+            device: Device of the hidden states.
+        """
+
+        def stage(pairs_of: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            rows, dst, src = [], [], []
+            for r, (lay, off) in enumerate(zip(layouts, offsets)):
+                for d, s in getattr(lay, pairs_of):
+                    rows.append(r)
+                    dst.append(d + off)
+                    src.append(s + off)
+            def t(x: list[int]) -> torch.Tensor:
+                return torch.tensor(x, dtype=torch.long, device=device)
+            return t(rows), t(dst), t(src)
+
+        return cls(local=stage("local_copies"), global_=stage("global_copies"))
+
+
+def apply_copies(hidden: torch.Tensor, plan: CopyPlan) -> torch.Tensor:
+    """Apply ``f_global(f_local(hidden))`` out of place.
+
+    Args:
+        hidden: Hidden states entering a layer, ``[batch, seq, hidden]``.
+        plan: The batch's copy plan.
+
+    Returns:
+        A new tensor ``[batch, seq, hidden]``; ``hidden`` is not modified.
+    """
+    out = hidden
+    for rows, dst, src in (plan.local, plan.global_):
+        if rows.numel():
+            out = out.index_put((rows, dst), out[rows, src])
+    return out
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """Return the decoder layer list of a causal LM or its base model.
+
+    Raises:
+        ValueError: if no ``layers`` ModuleList is found.
+    """
+    base = base_model(model)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder `layers` ModuleList found")
+    return layers
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The transformer body without the LM head (``model.model`` for ``*ForCausalLM``)."""
+    if hasattr(model, "layers"):
+        return model
+    inner = getattr(model, "model", None)
+    if inner is not None and hasattr(inner, "layers"):
+        return inner
+    if hasattr(model, "get_decoder"):
+        dec = model.get_decoder()
+        if hasattr(dec, "layers"):
+            return dec
+    raise ValueError(f"{type(model).__name__}: cannot find the decoder body")
+
+
+class _EarlyExit(Exception):
+    def __init__(self, hidden: torch.Tensor) -> None:
+        self.hidden = hidden
+
+
+def _first(x: object) -> torch.Tensor:
+    return x[0] if isinstance(x, (tuple, list)) else x  # type: ignore[return-value]
+
+
+def run_decoder(
+    model: nn.Module,
+    *,
+    inputs_embeds: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    exit_layer: int,
+    plan: CopyPlan | None = None,
+    tp_start: int = 0,
+    tp_exit: int = 0,
+) -> torch.Tensor:
+    """Run the decoder up to ``exit_layer`` layers with copies before layers in [tp_start, tp_exit).
+
+    Args:
+        model: A causal LM or its base model.
+        inputs_embeds: ``[batch, seq, hidden]`` input embeddings.
+        attention_mask: ``[batch, seq]``, 1 for tokens, 0 for padding.
+        position_ids: ``[batch, seq]`` (left padding: positions start at the first token).
+        exit_layer: L', the number of layers to run, 1..L. The result equals
+            ``hidden_states[L']`` of a full run with ``output_hidden_states=True``
+            (for L' = L that includes the final norm, as Hugging Face returns it).
+        plan: Copies to apply; ``None`` or empty for no rewiring.
+        tp_start: First layer index (0-based) whose input is rewired.
+        tp_exit: Layer index at which rewiring stops (exclusive).
+
+    Returns:
+        ``[batch, seq, hidden]`` hidden states after layer L'. The LM head is never run.
+
+    Raises:
+        ValueError: if ``exit_layer`` is outside 1..L or ``tp_start > tp_exit``.
+    """
+    body = base_model(model)
+    layers = decoder_layers(body)
+    n_layers = len(layers)
+    if not 1 <= exit_layer <= n_layers:
+        raise ValueError(f"exit_layer must be in 1..{n_layers}, got {exit_layer}")
+    if tp_start > tp_exit:
+        raise ValueError(f"tp_start ({tp_start}) > tp_exit ({tp_exit})")
+    handles = []
+
+    def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (apply_copies(args[0], plan), *args[1:]), kwargs  # type: ignore[arg-type]
+        kwargs = dict(kwargs)
+        kwargs["hidden_states"] = apply_copies(kwargs["hidden_states"], plan)  # type: ignore[arg-type]
+        return args, kwargs
+
+    def exit_hook(module: nn.Module, args: tuple, output: object) -> None:
+        raise _EarlyExit(_first(output))
+
+    try:
+        if plan is not None and not plan.empty:
+            for i in range(max(tp_start, 0), min(tp_exit, exit_layer)):
+                handles.append(layers[i].register_forward_pre_hook(pre_hook, with_kwargs=True))
+        if exit_layer < n_layers:
+            handles.append(layers[exit_layer - 1].register_forward_hook(exit_hook))
+        try:
+            out = body(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+            )
+        except _EarlyExit as stop:
+            return stop.hidden
+        return out.last_hidden_state
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,103 @@
+"""Pure layout rules: positions, copies, pooling masks, sink protection (no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from htp_retrieval.layout import (
+    TemplateIds,
+    build_layout,
+    sentence_block_starts,
+    token_block_starts,
+    token_sentence_index,
+)
+from htp_retrieval.methods import ALIASES, METHODS, get_method, plan_to_method
+
+PST, BPST, SINK = 900, 901, 1
+
+
+def lay(method: str, text=(10, 11, 12, 13, 14, 15), starts=(0, 2, 5), prefix=(SINK, 50, 51),
+        template=None):
+    return build_layout(spec=get_method(method), text_ids=list(text), block_starts=list(starts),
+                        prefix_ids=list(prefix), template=template or TemplateIds(), pst_id=PST, bpst_id=BPST)
+
+
+def test_htp_layout_matches_eq3_with_sink_in_front() -> None:
+    L = lay("htp")
+    # <sink> instr instr <B-PST>x3 <PST> 10 11 <PST> 12 13 14 <PST> 15
+    assert L.input_ids == (SINK, 50, 51, BPST, BPST, BPST, PST, 10, 11, PST, 12, 13, 14, PST, 15)
+    assert L.bpst_positions == (3, 4, 5)
+    assert L.pst_positions == (6, 9, 13)
+    # local: <PST>_m <- last token of block m; global: <B-PST>_m <- <PST>_m
+    assert L.local_copies == ((6, 8), (9, 12), (13, 14))
+    assert L.global_copies == ((3, 6), (4, 9), (5, 13))
+    # mean pooling covers text tokens only
+    assert [L.input_ids[p] for p in L.pool_positions] == [10, 11, 12, 13, 14, 15]
+    assert L.last_position == 14
+    assert 0 not in L.pst_positions + L.bpst_positions
+    assert all(dst != 0 for dst, _ in L.local_copies + L.global_copies)
+
+
+def test_tp_copies_last_token_into_single_pst() -> None:
+    t = TemplateIds(before=(70,), after=(71, 72))
+    L = lay("tp-prompteol-last", template=t)
+    assert L.input_ids == (SINK, 50, 51, 70, PST, 10, 11, 12, 13, 14, 15, 71, 72)
+    assert L.local_copies == ((4, 12),) and L.global_copies == ()
+    assert L.last_position == 12
+
+
+def test_tp_sentence_has_local_copies_only() -> None:
+    L = lay("tp-sentence")
+    assert L.bpst_positions == () and L.global_copies == ()
+    assert len(L.pst_positions) == 3
+
+
+def test_echo_pools_second_copy() -> None:
+    t = TemplateIds(before=(70,), middle=(71,))
+    L = lay("echo-mean", text=(10, 11, 12), template=t)
+    assert L.input_ids == (SINK, 50, 51, 70, 10, 11, 12, 71, 10, 11, 12)
+    assert L.pool_positions == (8, 9, 10)
+
+
+def test_vanilla_has_no_placeholders() -> None:
+    L = lay("vanilla-mean")
+    assert PST not in L.input_ids and BPST not in L.input_ids
+    assert L.local_copies == () and L.n_placeholders == 0
+
+
+def test_placeholder_at_position_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="position 0"):
+        lay("htp", prefix=())
+
+
+def test_bad_block_starts_and_empty_text() -> None:
+    with pytest.raises(ValueError, match="start at 0"):
+        lay("htp", starts=(1, 3))
+    with pytest.raises(ValueError, match="empty"):
+        lay("htp", text=())
+
+
+def test_sentence_index_and_k_grouping() -> None:
+    text = "Hello world. The cat sat. Dogs bark!"
+    # tokens: "Hello"," world","."," The"," cat"," sat","."," Dogs"," bark","!"
+    offs = [(0, 5), (5, 11), (11, 12), (12, 16), (16, 20), (20, 24), (24, 25), (25, 30),
+            (30, 35), (35, 36)]
+    assert text[12:16] == " The"
+    idx = token_sentence_index(offs, [0, 13, 26])
+    assert idx == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
+    assert sentence_block_starts(idx, 1) == [0, 3, 7]
+    assert sentence_block_starts(idx, 2) == [0, 7]
+    assert sentence_block_starts(idx, 8) == [0]
+    assert token_block_starts(10, 4) == [0, 4, 8]
+    with pytest.raises(ValueError):
+        sentence_block_starts(idx, 0)
+
+
+def test_official_aliases_resolve() -> None:
+    for alias, name in ALIASES.items():
+        assert get_method(alias) is METHODS[name]
+    assert plan_to_method("vanilla-mean-pool", "tp_sentence_begin").name == "htp"
+    assert plan_to_method("vanilla-mean-pool", "tp_sentence").name == "tp-sentence"
+    assert plan_to_method("tp-prompteol-last-pool", "tp").name == "tp-prompteol-last"
+    with pytest.raises(ValueError, match="unknown method"):
+        get_method("nope")
