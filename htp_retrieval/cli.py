@@ -103,6 +103,25 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_segmenters(args: argparse.Namespace) -> int:
+    import time
+
+    from htp_retrieval.eval.data import load_beir
+    from htp_retrieval.segmentation import get_segmenter
+
+    data = load_beir(args.data, split=args.split)
+    texts = [data.doc_text(d) for d in data.corpus][: args.max_docs or None]
+    print("| segmenter | seconds | ms/doc | sentences/doc |\n|---|---|---|---|")
+    for name in args.names.split(","):
+        seg = get_segmenter(name)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        starts = seg.sentence_starts(texts)
+        dt = time.perf_counter() - t0
+        print(f"| {name} | {dt:.1f} | {1000 * dt / len(texts):.2f} "
+              f"| {sum(map(len, starts)) / len(starts):.1f} |")
+    return 0
+
+
 def _add_encoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="packaged name, .gguf path, local dir or hub id")
@@ -154,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     from htp_retrieval.integrations.cli import add_subcommands
 
     add_subcommands(sub)
+
+    p = sub.add_parser("segmenters", help="time the sentence segmenters on a BEIR corpus")
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="test")
+    p.add_argument("--names", default="regex,sentencizer,pysbd,spacy")
+    p.add_argument("--max-docs", type=int, default=0)
+    p.set_defaults(func=cmd_segmenters)
 
     args = parser.parse_args(argv)
     return int(args.func(args))
