@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,6 +98,108 @@ def top_k_run(
     }
 
 
+def _loadavg() -> float:
+    """1-minute load average (0.0 where unavailable): recorded so contended runs show."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # pragma: no cover
+        return 0.0
+
+
+def _fingerprint(config: dict[str, Any], instruction: str | None, ids: list[str]) -> str:
+    blob = json.dumps({"config": config, "instruction": instruction, "ids": ids}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def encode_corpus(
+    encoder: Any,
+    texts: list[str],
+    ids: list[str],
+    *,
+    instruction: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    chunk_size: int = 1024,
+    device: str = "cpu",
+    show_progress_bar: bool = True,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Embed a corpus in length-sorted chunks, optionally checkpointing each chunk.
+
+    Texts are ordered by character length (longest first) and cut into chunks of
+    ``chunk_size``; each chunk is one :meth:`encode` call, so batches stay length-sorted.
+    With ``checkpoint_dir``, each finished chunk is written as ``chunk_NNNN.npz`` with its
+    cost, under a fingerprint of the encoder config, instruction and ids; a rerun with the
+    same fingerprint loads finished chunks instead of recomputing them, and a different
+    fingerprint clears the folder. Embeddings are batch-invariant, so a resumed corpus equals
+    an uninterrupted one.
+
+    Args:
+        encoder: An :class:`~htp_retrieval.HTPEncoder`.
+        texts: Document texts, ``[n_docs]``.
+        ids: Document ids, ``[n_docs]`` (part of the fingerprint).
+        instruction: Document instruction.
+        checkpoint_dir: Folder for chunk files (``None``: no checkpointing).
+        chunk_size: Documents per chunk.
+        device: Device string for :class:`PeakMemory`.
+        show_progress_bar: One tqdm bar over documents.
+
+    Returns:
+        ``([n_docs, hidden] float32 embeddings in input order, cost)``; cost holds
+        ``seconds`` (wall, summed over chunks, resumed ones included), ``cpu_seconds``,
+        ``text_tokens``, ``input_tokens``, ``padded_tokens``, ``prepare_seconds``,
+        ``forward_seconds``, ``peak_memory_bytes`` (max over chunks) and ``resumed_chunks``.
+    """
+    from tqdm.auto import tqdm
+
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
+    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    if ckpt is not None:
+        fp = _fingerprint(dict(encoder.config()), instruction, ids)
+        meta = ckpt / "meta.json"
+        if ckpt.exists() and (not meta.exists() or json.loads(meta.read_text()).get("fp") != fp):
+            shutil.rmtree(ckpt)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))
+    keys = ("seconds", "cpu_seconds", "text_tokens", "input_tokens", "padded_tokens",
+            "prepare_seconds", "forward_seconds")
+    cost: dict[str, Any] = dict.fromkeys(keys, 0)
+    cost.update(peak_memory_bytes=0, resumed_chunks=0)
+    out: np.ndarray | None = None
+    with tqdm(total=len(texts), disable=not show_progress_bar, desc="corpus",
+              unit="doc") as bar:
+        for c, idx in enumerate(chunks):
+            path = ckpt / f"chunk_{c:04d}.npz" if ckpt is not None else None
+            if path is not None and path.exists():
+                z = np.load(path)
+                emb, part = z["emb"], json.loads(str(z["cost"]))
+                cost["resumed_chunks"] += 1
+            else:
+                c0 = time.process_time()
+                with PeakMemory(device) as mem:
+                    emb = encoder.encode([texts[i] for i in idx], instruction=instruction)
+                st = encoder.last_stats
+                part = {"seconds": mem.seconds, "cpu_seconds": time.process_time() - c0,
+                        "text_tokens": st.text_tokens, "input_tokens": st.input_tokens,
+                        "padded_tokens": st.padded_tokens,
+                        "prepare_seconds": st.prepare_seconds,
+                        "forward_seconds": st.forward_seconds,
+                        "peak_memory_bytes": mem.peak_bytes}
+                if path is not None:
+                    tmp = path.with_name(path.stem + ".tmp.npz")
+                    np.savez(tmp, emb=emb, cost=json.dumps(part))
+                    tmp.replace(path)
+            for k in keys:
+                cost[k] += part[k]
+            cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], part["peak_memory_bytes"])
+            if out is None:
+                out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
+            out[idx] = emb
+            bar.update(len(idx))
+    if out is None:
+        out = np.zeros((0, getattr(encoder, "hidden_size", 0)), dtype=np.float32)
+    return out, cost
+
+
 def run_retrieval(
     encoder: Any,
     data: BeirData,
@@ -103,6 +208,8 @@ def run_retrieval(
     query_instruction: str | None = None,
     document_instruction: str | None = None,
     show_progress_bar: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    chunk_size: int = 1024,
 ) -> RetrievalResult:
     """Embed a corpus and its queries, retrieve by cosine similarity and score.
 
@@ -114,6 +221,9 @@ def run_retrieval(
         query_instruction: Defaults to the paper's Table 6 instruction for the dataset.
         document_instruction: Defaults to none (as in the paper).
         show_progress_bar: tqdm bars over documents and queries.
+        checkpoint_dir: If set, corpus embeddings are saved there chunk by chunk and an
+            interrupted run resumes from the finished chunks (see :func:`encode_corpus`).
+        chunk_size: Documents per checkpoint chunk.
 
     Returns:
         The :class:`RetrievalResult` (scores in percent; cost in seconds and bytes).
@@ -124,27 +234,36 @@ def run_retrieval(
     dids = list(data.corpus)
     qids = list(data.queries)
     device = str(encoder.model.device) if hasattr(encoder, "model") else "cpu"
-    with PeakMemory(device) as mem_d:
-        d_emb = encoder.encode([data.doc_text(d) for d in dids], instruction=document_instruction,
-                               show_progress_bar=show_progress_bar)
-    dstats = encoder.last_stats
+    load0 = _loadavg()
+    d_emb, dcost = encode_corpus(
+        encoder, [data.doc_text(d) for d in dids], dids,
+        instruction=document_instruction, checkpoint_dir=checkpoint_dir,
+        chunk_size=chunk_size, device=device, show_progress_bar=show_progress_bar,
+    )
+    c0 = time.process_time()
     with PeakMemory(device) as mem_q:
         q_emb = encoder.encode([data.queries[q] for q in qids], instruction=query_instruction,
                                show_progress_bar=show_progress_bar)
     qstats = encoder.last_stats
+    q_cpu = time.process_time() - c0
     run = top_k_run(q_emb, d_emb, qids, dids)
     scores = evaluate_run(data.qrels, run)
     cost = {
-        "corpus_seconds": mem_d.seconds,
+        "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,
-        "encode_seconds": mem_d.seconds + mem_q.seconds,
-        "corpus_text_tokens": dstats.text_tokens,
-        "corpus_input_tokens": dstats.input_tokens,
-        "tokens_per_second": dstats.text_tokens / max(mem_d.seconds, 1e-9),
-        "peak_memory_bytes": max(mem_d.peak_bytes, mem_q.peak_bytes),
-        "padding_fraction": dstats.padding_fraction,
-        "prepare_seconds": dstats.prepare_seconds + qstats.prepare_seconds,
-        "forward_seconds": dstats.forward_seconds + qstats.forward_seconds,
+        "encode_seconds": dcost["seconds"] + mem_q.seconds,
+        "cpu_seconds": dcost["cpu_seconds"] + q_cpu,
+        "corpus_text_tokens": dcost["text_tokens"],
+        "corpus_input_tokens": dcost["input_tokens"],
+        "tokens_per_second": dcost["text_tokens"] / max(dcost["seconds"], 1e-9),
+        "peak_memory_bytes": max(dcost["peak_memory_bytes"], mem_q.peak_bytes),
+        "padding_fraction": (1 - dcost["input_tokens"] / dcost["padded_tokens"]
+                             if dcost["padded_tokens"] else 0.0),
+        "prepare_seconds": dcost["prepare_seconds"] + qstats.prepare_seconds,
+        "forward_seconds": dcost["forward_seconds"] + qstats.forward_seconds,
+        "resumed_chunks": dcost["resumed_chunks"],
+        "loadavg_start": load0,
+        "loadavg_end": _loadavg(),
     }
     config = dict(encoder.config())
     config.update(query_instruction=query_instruction, document_instruction=document_instruction)

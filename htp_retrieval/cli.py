@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,9 +87,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             max_tokens_per_batch=args.max_tokens_per_batch,
         )
         print(f"[{method}] encoding ...", file=sys.stderr)
-        res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet)
+        ckpt = path.with_name(path.stem + ".partial")
+        res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
+                            checkpoint_dir=ckpt, chunk_size=args.chunk_size)
         res.config["command"] = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         res.save(path)
+        shutil.rmtree(ckpt, ignore_errors=True)
         print(f"[{method}] NDCG@10 {res.scores['NDCG@10']:.2f}  -> {path}", file=sys.stderr)
         results.append(res)
     print(format_table(results))
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--chunk-size", type=int, default=1024,
+                   help="documents per corpus checkpoint chunk (an interrupted run resumes)")
     _add_encoder_args(p)
     p.set_defaults(func=cmd_eval)
 
