@@ -8,15 +8,16 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData
 from htp_retrieval.eval.metrics import evaluate_run
-
 from htp_retrieval.methods import task_instructions
 
 
@@ -210,6 +211,8 @@ def run_retrieval(
     show_progress_bar: bool = True,
     checkpoint_dir: str | Path | None = None,
     chunk_size: int = 1024,
+    query_encoder: Any | None = None,
+    metrics: Iterable[str] | None = None,
 ) -> RetrievalResult:
     """Embed a corpus and its queries, retrieve by cosine similarity and score.
 
@@ -224,6 +227,10 @@ def run_retrieval(
         checkpoint_dir: If set, corpus embeddings are saved there chunk by chunk and an
             interrupted run resumes from the finished chunks (see :func:`encode_corpus`).
         chunk_size: Documents per checkpoint chunk.
+        query_encoder: Encoder for the queries when it differs from the documents' (a
+            query/document method pairing; its config is recorded as ``query_config``).
+        metrics: pytrec_eval measures (default: :data:`~htp_retrieval.eval.metrics.
+            DEFAULT_METRICS`); e.g. add ``P_1`` for needle/passkey accuracy.
 
     Returns:
         The :class:`RetrievalResult` (scores in percent; cost in seconds and bytes).
@@ -241,13 +248,15 @@ def run_retrieval(
         chunk_size=chunk_size, device=device, show_progress_bar=show_progress_bar,
     )
     c0 = time.process_time()
+    qenc = query_encoder if query_encoder is not None else encoder
     with PeakMemory(device) as mem_q:
-        q_emb = encoder.encode([data.queries[q] for q in qids], instruction=query_instruction,
-                               show_progress_bar=show_progress_bar)
-    qstats = encoder.last_stats
+        q_emb = qenc.encode([data.queries[q] for q in qids], instruction=query_instruction,
+                            show_progress_bar=show_progress_bar)
+    qstats = qenc.last_stats
     q_cpu = time.process_time() - c0
     run = top_k_run(q_emb, d_emb, qids, dids)
-    scores = evaluate_run(data.qrels, run)
+    scores = (evaluate_run(data.qrels, run) if metrics is None
+              else evaluate_run(data.qrels, run, metrics=metrics))
     cost = {
         "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,
@@ -267,6 +276,8 @@ def run_retrieval(
     }
     config = dict(encoder.config())
     config.update(query_instruction=query_instruction, document_instruction=document_instruction)
+    if query_encoder is not None:
+        config["query_config"] = dict(query_encoder.config())
     return RetrievalResult(
         dataset=data.name,
         split=split,

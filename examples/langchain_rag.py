@@ -111,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=48)
     args = p.parse_args(argv)
 
-    from htp_retrieval.integrations import HTPEmbeddings
-    from htp_retrieval.integrations.chroma import make_client
     from langchain_chroma import Chroma
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnablePassthrough
+
+    from htp_retrieval.integrations import HTPEmbeddings
+    from htp_retrieval.integrations.chroma import make_client
 
     texts, metas, ids = chunk_essays(Path(args.essays), args.limit, args.chunk_chars)
     db = args.db or tempfile.mkdtemp(prefix="htp-lc-chroma-")

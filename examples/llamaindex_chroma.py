@@ -28,11 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-size", type=int, default=384, help="tokens per chunk")
     args = p.parse_args(argv)
 
-    from htp_retrieval.integrations import HTPEmbeddings
-    from htp_retrieval.integrations.chroma import make_client
     from llama_index.core import Document, StorageContext, VectorStoreIndex
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    from htp_retrieval.integrations import HTPEmbeddings
+    from htp_retrieval.integrations.chroma import make_client
 
     files = sorted(Path(args.essays).glob("*.txt"))[: args.limit or None]
     if not files:

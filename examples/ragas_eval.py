@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from htp_retrieval.eval.data import load_beir, subsample
     from htp_retrieval.integrations import HTPEmbeddings
-
     from htp_retrieval.methods import task_instructions
 
     data = load_beir(args.data, split=args.split)

@@ -5,28 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import sys
-from pathlib import Path
 
 from htp_retrieval.methods import METHODS
-
-
-def _result_name(args: argparse.Namespace, method: str) -> str:
-    parts = [method, f"len{args.max_length}"]
-    if args.k is not None:
-        parts.append(f"k{args.k}")
-    if args.tokens_per_block is not None:
-        parts.append(f"n{args.tokens_per_block}")
-    if args.tp_start is not None or args.tp_exit is not None:
-        parts.append(f"tp{args.tp_start}-{args.tp_exit}")
-    if args.output_layer is not None:
-        parts.append(f"out{args.output_layer}")
-    if args.segmenter != "sentencizer":
-        parts.append(args.segmenter)
-    if args.max_queries or args.max_docs:
-        parts.append(f"q{args.max_queries}d{args.max_docs}s{args.seed}")
-    return "__".join(parts) + ".json"
 
 
 def format_table(results: list, *, baseline: str = "vanilla-mean") -> str:
@@ -56,47 +37,56 @@ def format_table(results: list, *, baseline: str = "vanilla-mean") -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``htp-retrieval eval``: datasets x methods x sweeps, one results JSON each."""
     import torch
 
-    from htp_retrieval.encoder import HTPEncoder
-    from htp_retrieval.eval.data import load_beir, subsample
-    from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+    from htp_retrieval.eval.harness import (
+        EvalSettings,
+        format_results,
+        parse_list,
+        resolve_data,
+        run_eval,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        max_lengths = parse_list(args.max_length)
+        ks = parse_list(args.k) or [None]
+        ns = parse_list(args.tokens_per_block, allow_auto=True) or [None]
+        context_lengths = parse_list(args.context_lengths)
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval eval: {e}") from e
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    data = load_beir(args.data, split=args.split)
-    if args.max_queries or args.max_docs:
-        data = subsample(data, n_queries=args.max_queries or None,
-                         n_docs=args.max_docs or None, seed=args.seed)
-    print(f"{data.name} ({args.split}): {len(data.corpus)} documents, {len(data.queries)} "
-          f"queries, model {args.model}", file=sys.stderr)
-    out_dir = Path(args.output) / args.model.replace("/", "__") / f"{data.name}-{args.split}"
-    results = []
-    for method in methods:
-        path = out_dir / _result_name(args, method)
-        if path.exists() and not args.overwrite:
-            print(f"[{method}] reusing {path} (--overwrite to recompute)", file=sys.stderr)
-            results.append(RetrievalResult.load(path))
-            continue
-        enc = HTPEncoder(
-            args.model, method, k=args.k, tokens_per_block=args.tokens_per_block,
-            segmenter=args.segmenter, max_length=args.max_length, tp_start=args.tp_start,
-            tp_exit=args.tp_exit, output_layer=args.output_layer, device=args.device,
-            dtype=args.dtype, batch_size=args.batch_size,
-            max_tokens_per_batch=args.max_tokens_per_batch,
-        )
-        print(f"[{method}] encoding ...", file=sys.stderr)
-        ckpt = path.with_name(path.stem + ".partial")
-        res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
-                            checkpoint_dir=ckpt, chunk_size=args.chunk_size)
-        res.config["command"] = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        res.save(path)
-        shutil.rmtree(ckpt, ignore_errors=True)
-        print(f"[{method}] NDCG@10 {res.scores['NDCG@10']:.2f}  -> {path}", file=sys.stderr)
-        results.append(res)
-    print(format_table(results))
+    try:
+        items = resolve_data(
+            args.data, split=args.split, seed=args.seed, context_lengths=context_lengths,
+            max_queries=args.max_queries, max_docs=args.max_docs,
+            synthetic_tokenizer=args.synthetic_tokenizer, haystack=args.haystack)
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"htp-retrieval eval: {e}") from e
+    for it in items:
+        size = (f"{len(it.data)} pairs" if it.kind == "sts" else
+                f"{len(it.data.corpus)} documents, {len(it.data.queries)} queries")
+        ctx = f", context length {it.context_length}" if it.context_length else ""
+        print(f"{it.name} ({it.split}{ctx}): {size}, model {args.model}", file=sys.stderr)
+    settings = EvalSettings(
+        model=args.model, methods=methods, max_lengths=max_lengths, ks=ks, ns=ns,
+        tp_start=args.tp_start, tp_exit=args.tp_exit, output_layer=args.output_layer,
+        segmenter=args.segmenter, device=args.device, dtype=args.dtype,
+        padding_side=args.padding_side, batch_size=args.batch_size,
+        max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
+        overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
+        chunk_size=args.chunk_size, max_queries=args.max_queries, max_docs=args.max_docs,
+        seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose)
+    print(format_results(run_eval(items, settings)))
     return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that produced a result (``config["command"]``)."""
+    argv = getattr(args, "argv", None)
+    return "htp-retrieval " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
@@ -126,13 +116,25 @@ def cmd_segmenters(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_encoder_args(p: argparse.ArgumentParser) -> None:
+def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="packaged name, .gguf path, local dir or hub id")
-    p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
-    p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
-    p.add_argument("--tokens-per-block", type=int, default=None,
-                   help="N for htp-fixed-tokens")
+    if sweep:  # eval: comma lists, one result per value
+        p.add_argument("--max-length", default=None,
+                       help="max text tokens per text; comma list to sweep, e.g. "
+                       "512,1024,2048,4096,8192 (default 512; needle/passkey: the context "
+                       "length)")
+        p.add_argument("--k", default=None,
+                       help="sentences per block (K); comma list to sweep, e.g. "
+                       "1,2,4,8,12,20,32,64 (paper Table 12)")
+        p.add_argument("--tokens-per-block", default=None,
+                       help="N for htp-fixed-tokens; comma list; 'auto' = text tokens // "
+                       "sentences per document (paper Fig. 7)")
+    else:
+        p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
+        p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
+        p.add_argument("--tokens-per-block", type=int, default=None,
+                       help="N for htp-fixed-tokens")
     p.add_argument("--tp-start", type=int, default=None)
     p.add_argument("--tp-exit", type=int, default=None)
     p.add_argument("--output-layer", type=int, default=None,
@@ -151,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="htp-retrieval", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("eval", help="retrieval eval on a BEIR folder (NDCG@10, cost)")
-    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries, qrels)")
+    p = sub.add_parser("eval", help="retrieval/STS eval with sweeps (scores, cost)")
+    p.add_argument("--data", required=True,
+                   help="BEIR folder; LongEmbed folder or longembed:<task> (hub); needle or "
+                   "passkey (generated, --seed); STS jsonl file or folder with <split>.jsonl")
     p.add_argument("--split", default="test")
     p.add_argument("--methods", default="vanilla-mean,htp",
                    help="comma-separated; any of: " + ", ".join(METHODS))
@@ -166,7 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--chunk-size", type=int, default=1024,
                    help="documents per corpus checkpoint chunk (an interrupted run resumes)")
-    _add_encoder_args(p)
+    p.add_argument("--context-lengths", default=None,
+                   help="needle/passkey context lengths in tokens, comma list "
+                   "(default 256,512,1024,2048,4096,8192; up to 32768)")
+    p.add_argument("--synthetic-tokenizer", default=None,
+                   help="tokenizer measuring needle/passkey lengths (default: packaged SmolLM2)")
+    p.add_argument("--haystack", default=None,
+                   help="folder of Paul Graham essays for needle (default: "
+                   "../shared/data/haystack/paul_graham_essays)")
+    p.add_argument("--padding-side", default="right", choices=["right", "left"])
+    p.add_argument("--verbose", action="store_true",
+                   help="print the placeholder layout of one input per method")
+    _add_encoder_args(p, sweep=True)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("layout", help="print the placeholder layout of one input")
@@ -176,9 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     _add_encoder_args(p)
     p.set_defaults(func=cmd_layout)
 
+    from htp_retrieval.bench import add_subcommands as add_bench
+    from htp_retrieval.eval.analysis import add_subcommands as add_analysis
+    from htp_retrieval.eval.calibrate import add_subcommands as add_calibrate
+    from htp_retrieval.eval.commands import add_subcommands as add_eval_commands
+    from htp_retrieval.eval.parity import add_subcommands as add_parity
     from htp_retrieval.integrations.cli import add_subcommands
 
-    add_subcommands(sub)
+    add_subcommands(sub)  # ingest, query
+    add_eval_commands(sub)  # report, mteb
+    add_parity(sub)  # the official repo's script names
+    add_bench(sub)  # bench
+    add_analysis(sub)  # analyze norms | drift | ablate
+    add_calibrate(sub)  # calibrate
 
     p = sub.add_parser("segmenters", help="time the sentence segmenters on a BEIR corpus")
     p.add_argument("--data", required=True)
@@ -188,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_segmenters)
 
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     return int(args.func(args))
 
 

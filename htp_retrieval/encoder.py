@@ -10,10 +10,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -22,7 +24,10 @@ import torch
 from htp_retrieval.layout import (
     Layout,
     TemplateIds,
+    adaptive_k,
+    auto_tokens_per_block,
     build_layout,
+    count_sentences,
     render_layout,
     sentence_block_starts,
     token_block_starts,
@@ -34,9 +39,13 @@ from htp_retrieval.pooling import last_pool, mean_pool
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
 from htp_retrieval.segmentation import Segmenter, SegmenterName, get_segmenter
 
+logger = logging.getLogger(__name__)
+
 PST = "<PST>"
 BPST = "<B-PST>"
 PaddingSide = Literal["right", "left"]
+Summary = Literal["last", "mean"]
+"""What each ``<PST>`` receives: the block's last-token state or the block's mean state."""
 PlaceholderInit = str
 """``mean`` (mean of the embedding matrix, as ``resize_token_embeddings`` does),
 ``zeros``, ``bos``, or ``token:<text>`` (a copy of that token's embedding, e.g. ``token:.``)."""
@@ -58,9 +67,19 @@ class EncodeStats:
         input_tokens: Tokens fed to the model, placeholders and templates included.
         padded_tokens: Tokens in the padded batches (``sum(batch_rows * batch_len)``).
         prepare_seconds: Tokenization, segmentation and layout building, in seconds.
-        forward_seconds: Decoder forward passes (copies included), in seconds.
-        pool_seconds: Pooling and normalization, in seconds.
+        forward_seconds: Decoder forward passes (batch tensors and copies included), in
+            seconds.
+        pool_seconds: Pooling, normalization and the copy to host memory, in seconds.
         total_seconds: Wall time of the call, in seconds.
+        tokenize_seconds: Tokenization (with offsets) and truncation, part of
+            ``prepare_seconds``.
+        segment_seconds: Sentence segmentation and token-to-block assignment, part of
+            ``prepare_seconds``.
+        layout_seconds: Layout building (placeholders, copy and pooling maps), part of
+            ``prepare_seconds``.
+        copy_seconds: Wall time inside the copy hooks, part of ``forward_seconds`` (host
+            time; on CUDA only the launches, see :func:`~htp_retrieval.rewiring.run_decoder`).
+        batches: ``(rows, longest row in tokens)`` per batch.
     """
 
     n_texts: int = 0
@@ -71,6 +90,10 @@ class EncodeStats:
     forward_seconds: float = 0.0
     pool_seconds: float = 0.0
     total_seconds: float = 0.0
+    tokenize_seconds: float = 0.0
+    segment_seconds: float = 0.0
+    layout_seconds: float = 0.0
+    copy_seconds: float = 0.0
     batches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
@@ -93,7 +116,8 @@ class HTPEncoder:
         method: Method name or alias (see :data:`htp_retrieval.methods.METHODS`).
         tokenizer: Tokenizer for a model object (must be a fast tokenizer).
         k: Sentences per block, K (default: the method's, 1).
-        tokens_per_block: N for fixed-token blocks.
+        tokens_per_block: N for fixed-token blocks, or ``"auto"``: per document
+            N = text tokens // sentence blocks (paper Fig. 7).
         segmenter: Sentence splitter name or object (``sentencizer`` default).
         max_length: Maximum text tokens kept per text (placeholders and templates come on
             top and are never cut).
@@ -101,10 +125,26 @@ class HTPEncoder:
         tp_exit: Copies stop before this layer (exclusive; default: preset).
         output_layer: Early exit as ``hidden_states[output_layer]`` (default: preset, e.g.
             -2 = second-to-last layer). The same exit applies to every method.
-        device: ``auto``, ``cpu``, ``cuda``.
+        device: ``auto``, ``cpu``, ``cuda`` (``cuda:N`` too). Inputs go to the device of
+            the input embeddings.
+        device_map: Passed to ``from_pretrained`` (``"auto"`` spreads a model larger than
+            one GPU over all visible GPUs, with ``accelerate``); overrides ``device``.
         dtype: ``bfloat16`` (default), ``float16`` or ``float32``.
         padding_side: ``right`` or ``left``; both give the same embeddings.
         placeholder_init: Input embedding of the placeholders (:data:`PlaceholderInit`).
+        keep_sink: Keep the sink token (BOS, or EOS for models without BOS) at position 0.
+            ``False`` is for the sink ablation of the diagnosis only: placeholders then start
+            at position 0 and copies overwrite the attention sink, which costs quality.
+        summary: What ``<PST>_m`` receives (:data:`Summary`): ``last``, the state of the
+            block's last token (the paper, Sec. 4.2), or ``mean``, the mean of the block's
+            token states (a diagnosis variant, docs/ANALYSIS.md).
+        max_blocks: Adaptive K: a per-document block budget; K grows to
+            ``ceil(sentences / max_blocks)`` for long documents
+            (:func:`htp_retrieval.layout.adaptive_k`). ``None`` keeps K fixed (or takes the
+            preset's); ``0`` forces no budget over a preset.
+        preset: A calibration preset (``htp-retrieval calibrate`` JSON path, or a dict with
+            keys among ``tp_start, tp_exit, output_layer, summary, max_blocks, k``); explicit
+            arguments win over it, and it wins over the model family's layer preset.
         batch_size: Maximum texts per batch.
         max_tokens_per_batch: Maximum padded tokens per batch (rows x longest row).
 
@@ -119,7 +159,7 @@ class HTPEncoder:
         *,
         tokenizer: Any | None = None,
         k: int | None = None,
-        tokens_per_block: int | None = None,
+        tokens_per_block: int | Literal["auto"] | None = None,
         segmenter: SegmenterName | Segmenter = "sentencizer",
         max_length: int = 512,
         tp_start: int | None = None,
@@ -129,12 +169,32 @@ class HTPEncoder:
         dtype: str = "bfloat16",
         padding_side: PaddingSide = "right",
         placeholder_init: PlaceholderInit = "mean",
+        keep_sink: bool = True,
+        summary: Summary | None = None,
+        max_blocks: int | None = None,
+        preset: str | Path | dict[str, Any] | None = None,
         batch_size: int = 32,
         max_tokens_per_batch: int = 16384,
+        device_map: str | dict[str, Any] | None = None,
     ) -> None:
+        pre: dict[str, Any] = {}
+        if preset is not None:
+            from htp_retrieval.eval.calibrate import PRESET_KEYS, load_preset
+
+            pre = dict(preset) if isinstance(preset, dict) else load_preset(preset)
+            bad = set(pre) - set(PRESET_KEYS)
+            if bad:
+                raise ValueError(f"unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
+        k = pre.get("k") if k is None else k
+        tp_start = pre.get("tp_start") if tp_start is None else tp_start
+        tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
+        output_layer = pre.get("output_layer") if output_layer is None else output_layer
+        summary = pre.get("summary") or "last" if summary is None else summary
+        max_blocks = pre.get("max_blocks") if max_blocks is None else (max_blocks or None)
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
         if isinstance(model, str):
-            self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
+            self.model, self.tokenizer = load_model(model, device=device, dtype=dtype,
+                                                    device_map=device_map)
             self.model_name = model
         else:
             if tokenizer is None:
@@ -167,6 +227,7 @@ class HTPEncoder:
         self._segmenter: Segmenter | None = None
         self._lock = threading.Lock()
         self.last_stats = EncodeStats()
+        self._warned_positions = False
 
         tok = self.tokenizer
         tok.add_special_tokens({"additional_special_tokens": [PST, BPST]},
@@ -174,7 +235,15 @@ class HTPEncoder:
         self.pst_id = tok.convert_tokens_to_ids(PST)
         self.bpst_id = tok.convert_tokens_to_ids(BPST)
         sink = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        self.sink_ids: tuple[int, ...] = (sink,) if sink is not None else ()
+        self.keep_sink = keep_sink
+        if summary not in ("last", "mean"):
+            raise ValueError(f"summary must be 'last' or 'mean', got {summary!r}")
+        self.summary: Summary = summary
+        if max_blocks is not None and max_blocks < 1:
+            raise ValueError(f"max_blocks must be >= 1 or None, got {max_blocks}")
+        self.max_blocks = max_blocks
+        self.sink_id = sink
+        self.sink_ids: tuple[int, ...] = (sink,) if sink is not None and keep_sink else ()
         self.template = self._template_ids()
         self._init_vec: torch.Tensor | None = None
 
@@ -207,7 +276,11 @@ class HTPEncoder:
         return self.sink_ids + self._ids(instr)
 
     def build_layouts(
-        self, texts: Sequence[str], *, instruction: str | None = None
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None = None,
+        stats: EncodeStats | None = None,
     ) -> list[Layout]:
         """Tokenize, truncate, segment and lay out texts (no model call).
 
@@ -215,10 +288,17 @@ class HTPEncoder:
         so they are never cut. User text is tokenized with ``split_special_tokens=True``:
         a literal ``"<PST>"`` in it stays plain text.
 
+        Args:
+            texts: Texts to lay out.
+            instruction: Instruction put before the text.
+            stats: If given, its ``tokenize_seconds``, ``segment_seconds`` and
+                ``layout_seconds`` are increased by the time of each step.
+
         Raises:
             ValueError: if a text is not a string or is empty/whitespace-only; the message
                 names its index.
         """
+        t0 = time.perf_counter()
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
@@ -235,20 +315,32 @@ class HTPEncoder:
         for i, ids in enumerate(ids_all):
             if not ids:
                 raise ValueError(f"text at index {i} produced no tokens")
+        t1 = time.perf_counter()
         spec = self.spec
-        if spec.placeholders in ("local", "hierarchical") and spec.blocks == "sentence":
+        auto_n = spec.blocks == "tokens" and spec.tokens_per_block == "auto"
+        if spec.placeholders in ("local", "hierarchical") and (spec.blocks == "sentence" or auto_n):
             kept = [t[: offs[-1][1]] for t, offs in zip(texts, offs_all)]
             starts_all = self.segmenter.sentence_starts(kept)
+            sent_idx = [token_sentence_index(offs, starts)
+                        for offs, starts in zip(offs_all, starts_all)]
             blocks = [
-                sentence_block_starts(token_sentence_index(offs, starts), spec.sentences_per_block)
-                for offs, starts in zip(offs_all, starts_all)
+                sentence_block_starts(
+                    si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks)
+                )
+                for si in sent_idx
             ]
+            if auto_n:  # same <PST> budget as the sentence blocks, cut every N tokens
+                blocks = [
+                    token_block_starts(len(ids), auto_tokens_per_block(len(ids), len(b)))
+                    for ids, b in zip(ids_all, blocks)
+                ]
         elif spec.placeholders in ("local", "hierarchical"):
             blocks = [token_block_starts(len(ids), spec.tokens_per_block) for ids in ids_all]
         else:
             blocks = [[0] for _ in ids_all]
+        t2 = time.perf_counter()
         prefix = self.prefix_ids(instruction)
-        return [
+        layouts = [
             build_layout(
                 spec=spec,
                 text_ids=ids,
@@ -257,9 +349,27 @@ class HTPEncoder:
                 template=self.template,
                 pst_id=self.pst_id,
                 bpst_id=self.bpst_id,
+                allow_placeholder_at_zero=not self.keep_sink,
             )
             for ids, b in zip(ids_all, blocks)
         ]
+        if stats is not None:
+            stats.tokenize_seconds += t1 - t0
+            stats.segment_seconds += t2 - t1
+            stats.layout_seconds += time.perf_counter() - t2
+        self._check_positions(layouts)
+        return layouts
+
+    def _check_positions(self, layouts: Sequence[Layout]) -> None:
+        """Warn once when an input is longer than the model's trained context."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        longest = max((len(lay) for lay in layouts), default=0)
+        if limit and longest > limit and not self._warned_positions:
+            self._warned_positions = True
+            logger.warning(
+                "an input has %d tokens (placeholders and template included), more than the "
+                "model's max_position_embeddings=%d: positions beyond it are extrapolated",
+                longest, limit)
 
     def describe(self, text: str, *, instruction: str | None = None) -> str:
         """The placeholder layout of one input, like the paper's Appendix C example."""
@@ -279,7 +389,7 @@ class HTPEncoder:
                 elif init == "zeros":
                     vec = torch.zeros(w.shape[1], device=w.device)
                 elif init == "bos" or init.startswith("token:"):
-                    ids = self.sink_ids if init == "bos" else self._ids(init[len("token:"):])
+                    ids = (self.sink_id,) if init == "bos" else self._ids(init[len("token:"):])
                     if len(ids) != 1:
                         raise ValueError(f"placeholder_init {init!r} must map to one token")
                     vec = emb(torch.tensor([ids[0]], device=w.device))[0].float()
@@ -303,7 +413,13 @@ class HTPEncoder:
         return batches
 
     @torch.inference_mode()
-    def _forward(self, layouts: Sequence[Layout]) -> torch.Tensor:
+    def _forward(
+        self, layouts: Sequence[Layout], stats: EncodeStats | None = None
+    ) -> torch.Tensor:
+        """Embed one batch: ``[batch]`` layouts -> ``[batch, hidden]`` float32 vectors.
+
+        With ``stats``, the copy-hook time (CPU only) and the pooling time are added to it.
+        """
         dev = self.model.get_input_embeddings().weight.device
         n = len(layouts)
         width = max(len(lay) for lay in layouts)
@@ -326,7 +442,13 @@ class HTPEncoder:
         if bool(is_ph.any()):
             embeds[is_ph] = self._placeholder_vector()
         plan = (
-            CopyPlan.from_layouts(layouts, offsets, dev) if self.spec.uses_rewiring else None
+            CopyPlan.from_layouts(layouts, offsets, dev,
+                                  summary=self.summary if self.spec.placeholders in
+                                  ("local", "hierarchical") else "last")
+            if self.spec.uses_rewiring else None
+        )
+        timings: dict[str, float] | None = (
+            {} if stats is not None and dev.type == "cpu" else None
         )
         hidden = run_decoder(
             self.model,
@@ -337,11 +459,22 @@ class HTPEncoder:
             plan=plan,
             tp_start=self.tp_start,
             tp_exit=self.tp_exit,
+            timings=timings,
         )
-        if self.spec.pooling == "mean":
-            return mean_pool(hidden, pool)
-        last = torch.tensor([lay.last_position + o for lay, o in zip(layouts, offsets)], device=dev)
-        return last_pool(hidden, last)
+        t0 = time.perf_counter()
+        with torch.profiler.record_function("htp.pool"):
+            hidden = hidden.to(dev)  # a no-op unless device_map put the exit layer elsewhere
+            if self.spec.pooling == "mean":
+                vecs = mean_pool(hidden, pool)
+            else:
+                last = torch.tensor([lay.last_position + o for lay, o in zip(layouts, offsets)],
+                                    device=dev)
+                vecs = last_pool(hidden, last)
+        if stats is not None:
+            stats.pool_seconds += time.perf_counter() - t0
+            if timings:
+                stats.copy_seconds += timings.get("copy_seconds", 0.0)
+        return vecs
 
     def encode(
         self,
@@ -378,13 +511,12 @@ class HTPEncoder:
         if len(texts) == 0:
             self.last_stats = EncodeStats()
             return np.zeros((0, hidden_size), dtype=np.float32)
-        layouts = self.build_layouts(texts, instruction=instruction)
-        stats = EncodeStats(
-            n_texts=len(texts),
-            text_tokens=sum(lay.n_text_tokens for lay in layouts),
-            input_tokens=sum(len(lay) for lay in layouts),
-            prepare_seconds=time.perf_counter() - t0,
-        )
+        stats = EncodeStats(n_texts=len(texts))
+        with torch.profiler.record_function("htp.prepare"):
+            layouts = self.build_layouts(texts, instruction=instruction, stats=stats)
+        stats.text_tokens = sum(lay.n_text_tokens for lay in layouts)
+        stats.input_tokens = sum(len(lay) for lay in layouts)
+        stats.prepare_seconds = time.perf_counter() - t0
         lengths = [len(lay) for lay in layouts]
         batches = self._batches(
             lengths,
@@ -398,12 +530,15 @@ class HTPEncoder:
                   unit="text") as bar, self._lock:
             for idx in batches:
                 t1 = time.perf_counter()
-                vecs = self._forward([layouts[i] for i in idx])
+                pooled_before = stats.pool_seconds
+                with torch.profiler.record_function("htp.forward"):
+                    vecs = self._forward([layouts[i] for i in idx], stats)
                 t2 = time.perf_counter()
-                if normalize:
-                    vecs = torch.nn.functional.normalize(vecs, dim=-1)
-                out[idx] = vecs.cpu().numpy()
-                stats.forward_seconds += t2 - t1
+                with torch.profiler.record_function("htp.pool"):
+                    if normalize:
+                        vecs = torch.nn.functional.normalize(vecs, dim=-1)
+                    out[idx] = vecs.cpu().numpy()
+                stats.forward_seconds += t2 - t1 - (stats.pool_seconds - pooled_before)
                 stats.pool_seconds += time.perf_counter() - t2
                 stats.padded_tokens += len(idx) * max(lengths[i] for i in idx)
                 stats.batches.append((len(idx), max(lengths[i] for i in idx)))
@@ -435,6 +570,10 @@ class HTPEncoder:
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "padding_side": self.padding_side,
             "placeholder_init": self.placeholder_init,
+            # recorded only when off, so results and checkpoints of default runs keep their keys
+            **({} if self.keep_sink else {"keep_sink": False}),
+            **({} if self.summary == "last" else {"summary": self.summary}),
+            **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
         }
 
 

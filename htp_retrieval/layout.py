@@ -129,6 +129,37 @@ def sentence_block_starts(sentence_index: Sequence[int], k: int) -> list[int]:
     return starts
 
 
+def count_sentences(sentence_index: Sequence[int]) -> int:
+    """Number of sentences that own at least one token (runs in ``sentence_index``)."""
+    return sum(1 for i, s in enumerate(sentence_index) if i == 0 or s != sentence_index[i - 1])
+
+
+def adaptive_k(n_sentences: int, k: int = 1, max_blocks: int | None = None) -> int:
+    """K for one document under a block budget (adaptive K, docs/ANALYSIS.md).
+
+    The paper finds K = 1 best for short documents and larger K for long ones, as too many
+    ``<B-PST>`` tokens push the model out of distribution (Sec. 5.3, Table 12). This policy
+    keeps K at its minimum ``k`` until the document would need more than ``max_blocks``
+    blocks, then grows it: ``K = max(k, ceil(n_sentences / max_blocks))``, so a document
+    never gets more than ``max_blocks`` ``<PST>``/``<B-PST>`` pairs.
+
+    Args:
+        n_sentences: Sentences in the (truncated) document.
+        k: Minimum sentences per block (K >= 1).
+        max_blocks: Block budget per document; ``None`` keeps K fixed.
+
+    Raises:
+        ValueError: if ``k < 1`` or ``max_blocks < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if max_blocks is None:
+        return k
+    if max_blocks < 1:
+        raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
+    return max(k, -(-n_sentences // max_blocks))
+
+
 def token_block_starts(n_tokens: int, n: int) -> list[int]:
     """Token indices where fixed blocks of N tokens start (the paper's Fig. 7 ablation).
 
@@ -140,6 +171,19 @@ def token_block_starts(n_tokens: int, n: int) -> list[int]:
     return list(range(0, n_tokens, n))
 
 
+def auto_tokens_per_block(n_tokens: int, n_sentence_blocks: int) -> int:
+    """N for the sentence-vs-fixed-token ablation (paper Sec. 5.4, Fig. 7).
+
+    ``N = floor(n_tokens / n_sentence_blocks)`` (at least 1), so fixed blocks of N tokens
+    give about as many ``<PST>`` as the document has sentence blocks.
+
+    Args:
+        n_tokens: Text tokens of the document (after truncation).
+        n_sentence_blocks: Sentence blocks of the same text (sentences when K = 1).
+    """
+    return max(1, n_tokens // max(1, n_sentence_blocks))
+
+
 def build_layout(
     *,
     spec: MethodSpec,
@@ -149,6 +193,7 @@ def build_layout(
     template: TemplateIds,
     pst_id: int,
     bpst_id: int,
+    allow_placeholder_at_zero: bool = False,
 ) -> Layout:
     """Assemble one input sequence for a method and compute its index maps.
 
@@ -164,6 +209,9 @@ def build_layout(
         template: The method's template pieces.
         pst_id: Token id of ``<PST>``.
         bpst_id: Token id of ``<B-PST>``.
+        allow_placeholder_at_zero: Diagnostics only (issue 6's sink ablation): allow an
+            empty prefix, so ``<B-PST>_1`` (or ``<PST>``) sits at position 0, the attention
+            sink, and its copies overwrite the sink's state. Never the default.
 
     Returns:
         The :class:`Layout`.
@@ -182,7 +230,7 @@ def build_layout(
     glob: list[tuple[int, int]] = []
     sizes: list[int] = []
 
-    if spec.placeholders != "none" and not prefix_ids:
+    if spec.placeholders != "none" and not prefix_ids and not allow_placeholder_at_zero:
         raise ValueError(
             "prefix_ids is empty: a placeholder would sit at position 0, the attention "
             "sink; pass a BOS/sink token in prefix_ids"
@@ -231,7 +279,7 @@ def build_layout(
     if spec.placeholders == "hierarchical":
         glob = list(zip(bpst, pst))  # <B-PST>_m <- <PST>_m
 
-    if 0 in pst or 0 in bpst:
+    if (0 in pst or 0 in bpst) and not allow_placeholder_at_zero:
         raise ValueError("a placeholder landed at position 0 (the attention sink)")
     return Layout(
         input_ids=tuple(ids),

@@ -29,6 +29,9 @@ BlockRule = Literal["sentence", "tokens"]
 """How blocks are cut: every K sentences, or every N tokens (the paper's Fig. 7 ablation)."""
 PoolingMode = Literal["mean", "last"]
 """Mean pooling over text tokens, or last-token pooling."""
+TokensPerBlock = int | Literal["auto"]
+"""N for fixed-token blocks: a count, or ``"auto"``: per document, N = text tokens // sentence
+blocks, so the ``<PST>`` count matches the sentence version (the paper's Fig. 7 ablation)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class MethodSpec:
         pooling: Readout (:data:`PoolingMode`).
         blocks: Block rule for ``local``/``hierarchical`` schemes (:data:`BlockRule`).
         sentences_per_block: K, sentences per block (paper Sec. 4.1; default 1).
-        tokens_per_block: N, tokens per block when ``blocks == "tokens"``.
+        tokens_per_block: N, tokens per block when ``blocks == "tokens"``
+            (:data:`TokensPerBlock`; ``"auto"`` picks N per document).
         description: One line for the README's method table.
     """
 
@@ -52,7 +56,7 @@ class MethodSpec:
     pooling: PoolingMode
     blocks: BlockRule = "sentence"
     sentences_per_block: int = 1
-    tokens_per_block: int = 32
+    tokens_per_block: TokensPerBlock = 32
     description: str = ""
 
     @property
@@ -61,17 +65,19 @@ class MethodSpec:
         return self.placeholders != "none"
 
     def with_options(
-        self, *, k: int | None = None, tokens_per_block: int | None = None
+        self, *, k: int | None = None, tokens_per_block: TokensPerBlock | None = None
     ) -> MethodSpec:
         """Return a copy with K and/or N overridden (``None`` keeps the preset).
 
         Raises:
-            ValueError: if K or N is below 1.
+            ValueError: if K or N is below 1, or N is neither an int nor ``"auto"``.
         """
         if k is not None and k < 1:
             raise ValueError(f"k (sentences per block) must be >= 1, got {k}")
-        if tokens_per_block is not None and tokens_per_block < 1:
-            raise ValueError(f"tokens_per_block must be >= 1, got {tokens_per_block}")
+        if tokens_per_block is not None and tokens_per_block != "auto" and (
+            not isinstance(tokens_per_block, int) or tokens_per_block < 1
+        ):
+            raise ValueError(f"tokens_per_block must be >= 1 or 'auto', got {tokens_per_block!r}")
         return replace(
             self,
             sentences_per_block=k if k is not None else self.sentences_per_block,

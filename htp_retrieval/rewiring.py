@@ -10,6 +10,7 @@ Sec. 4.4 (early exit); Token Prepending (Fu et al., ACL 2025).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,19 @@ class CopyPlan:
 
     local: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     global_: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    local_mean: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    """With block-mean summaries: ``(token_rows, token_positions, segment)``, each
+    ``[n_block_tokens]``; ``segment`` indexes the local copy that the token's block feeds.
+    The local stage then writes the mean of each block's states instead of its last token's."""
+
+    def to(self, device: torch.device | str) -> CopyPlan:
+        """The same plan with its index tensors on ``device`` (for a model split over GPUs)."""
+
+        def move(t: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor, ...] | None:
+            return None if t is None else tuple(x.to(device) for x in t)
+
+        return CopyPlan(local=move(self.local), global_=move(self.global_),  # type: ignore[arg-type]
+                        local_mean=move(self.local_mean))  # type: ignore[arg-type]
 
     @property
     def empty(self) -> bool:
@@ -38,7 +52,12 @@ class CopyPlan:
 
     @classmethod
     def from_layouts(
-        cls, layouts: Sequence[Layout], offsets: Sequence[int], device: torch.device | str
+        cls,
+        layouts: Sequence[Layout],
+        offsets: Sequence[int],
+        device: torch.device | str,
+        *,
+        summary: str = "last",
     ) -> CopyPlan:
         """Build the plan for a batch.
 
@@ -46,6 +65,9 @@ class CopyPlan:
             layouts: One layout per row.
             offsets: Left-padding offset per row (0 with right padding), in tokens.
             device: Device of the hidden states.
+            summary: ``last`` (the paper: ``<PST>_m`` <- the block's last token) or
+                ``mean`` (``<PST>_m`` <- the mean of the block's token states; only for
+                block layouts, where each ``<PST>`` directly precedes its block).
         """
 
         def stage(pairs_of: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -59,7 +81,24 @@ class CopyPlan:
                 return torch.tensor(x, dtype=torch.long, device=device)
             return t(rows), t(dst), t(src)
 
-        return cls(local=stage("local_copies"), global_=stage("global_copies"))
+        local_mean = None
+        if summary == "mean":
+            t_rows, t_pos, seg = [], [], []
+            n = 0
+            for r, (lay, off) in enumerate(zip(layouts, offsets)):
+                if len(lay.block_sizes) != len(lay.local_copies):
+                    raise ValueError("summary='mean' needs a block layout (<PST> per block)")
+                for (dst, _src), size in zip(lay.local_copies, lay.block_sizes):
+                    t_rows.extend([r] * size)
+                    t_pos.extend(range(dst + 1 + off, dst + 1 + size + off))
+                    seg.extend([n] * size)
+                    n += 1
+            local_mean = tuple(torch.tensor(x, dtype=torch.long, device=device)
+                               for x in (t_rows, t_pos, seg))
+        elif summary != "last":
+            raise ValueError(f"summary must be 'last' or 'mean', got {summary!r}")
+        return cls(local=stage("local_copies"), global_=stage("global_copies"),
+                   local_mean=local_mean)  # type: ignore[arg-type]
 
 
 def apply_copies(hidden: torch.Tensor, plan: CopyPlan) -> torch.Tensor:
@@ -73,9 +112,20 @@ def apply_copies(hidden: torch.Tensor, plan: CopyPlan) -> torch.Tensor:
         A new tensor ``[batch, seq, hidden]``; ``hidden`` is not modified.
     """
     out = hidden
-    for rows, dst, src in (plan.local, plan.global_):
-        if rows.numel():
-            out = out.index_put((rows, dst), out[rows, src])
+    if plan.local[0].device != hidden.device:  # device_map="auto": layers on several GPUs
+        plan = plan.to(hidden.device)
+    rows, dst, src = plan.local
+    if rows.numel() and plan.local_mean is not None:
+        t_rows, t_pos, seg = plan.local_mean
+        sums = torch.zeros((rows.numel(), out.shape[-1]), dtype=torch.float32,
+                           device=out.device).index_add_(0, seg, out[t_rows, t_pos].float())
+        counts = torch.bincount(seg, minlength=rows.numel()).clamp(min=1).unsqueeze(1)
+        out = out.index_put((rows, dst), (sums / counts).to(out.dtype))
+    elif rows.numel():
+        out = out.index_put((rows, dst), out[rows, src])
+    rows, dst, src = plan.global_
+    if rows.numel():
+        out = out.index_put((rows, dst), out[rows, src])
     return out
 
 
@@ -125,6 +175,7 @@ def run_decoder(
     plan: CopyPlan | None = None,
     tp_start: int = 0,
     tp_exit: int = 0,
+    timings: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """Run the decoder up to ``exit_layer`` layers with copies before layers in [tp_start, tp_exit).
 
@@ -139,6 +190,10 @@ def run_decoder(
         plan: Copies to apply; ``None`` or empty for no rewiring.
         tp_start: First layer index (0-based) whose input is rewired.
         tp_exit: Layer index at which rewiring stops (exclusive).
+        timings: If given, ``timings["copy_seconds"]`` is increased by the wall time of the
+            copy hooks (host time: on CUDA, kernel launches only unless the caller
+            synchronizes; use ``torch.profiler`` there) and ``timings["copy_calls"]`` by
+            their number.
 
     Returns:
         ``[batch, seq, hidden]`` hidden states after layer L'. The LM head is never run.
@@ -155,11 +210,21 @@ def run_decoder(
         raise ValueError(f"tp_start ({tp_start}) > tp_exit ({tp_exit})")
     handles = []
 
+    def copies(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("htp.copies"):
+            if timings is None:
+                return apply_copies(hidden, plan)  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            out = apply_copies(hidden, plan)  # type: ignore[arg-type]
+            timings["copy_seconds"] = timings.get("copy_seconds", 0.0) + time.perf_counter() - t0
+            timings["copy_calls"] = timings.get("copy_calls", 0.0) + 1
+            return out
+
     def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if args:
-            return (apply_copies(args[0], plan), *args[1:]), kwargs  # type: ignore[arg-type]
+            return (copies(args[0]), *args[1:]), kwargs
         kwargs = dict(kwargs)
-        kwargs["hidden_states"] = apply_copies(kwargs["hidden_states"], plan)  # type: ignore[arg-type]
+        kwargs["hidden_states"] = copies(kwargs["hidden_states"])
         return args, kwargs
 
     def exit_hook(module: nn.Module, args: tuple, output: object) -> None:

@@ -32,8 +32,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
-from htp_retrieval.integrations._runtime import EncoderConfig, shared_encoder
 
+from htp_retrieval.integrations._runtime import EncoderConfig, shared_encoder
 from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
 from htp_retrieval.models import DEFAULT_MODEL
 

@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from htp_retrieval.integrations._runtime import EncoderConfig, SharedEncoder, shared_encoder
 
+from htp_retrieval.integrations._runtime import EncoderConfig, SharedEncoder, shared_encoder
 from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
 from htp_retrieval.models import DEFAULT_MODEL
 

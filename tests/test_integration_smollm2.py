@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
-from htp_retrieval.eval.data import load_beir, subsample
-from htp_retrieval.eval.retrieval import run_retrieval
 
 from htp_retrieval.cli import main
 from htp_retrieval.encoder import HTPEncoder
+from htp_retrieval.eval.data import load_beir, subsample
+from htp_retrieval.eval.retrieval import run_retrieval
 
 SCIFACT = os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "beir", "scifact"))

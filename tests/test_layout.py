@@ -101,3 +101,18 @@ def test_official_aliases_resolve() -> None:
     assert plan_to_method("tp-prompteol-last-pool", "tp").name == "tp-prompteol-last"
     with pytest.raises(ValueError, match="unknown method"):
         get_method("nope")
+
+
+def test_adaptive_k_caps_blocks() -> None:
+    from htp_retrieval.layout import adaptive_k, count_sentences, sentence_block_starts
+
+    assert adaptive_k(10, 1, None) == 1
+    assert adaptive_k(10, 1, 16) == 1  # short document: K stays at its minimum
+    assert adaptive_k(40, 1, 16) == 3  # ceil(40 / 16)
+    assert adaptive_k(40, 4, 16) == 4  # never below the minimum K
+    si = [0, 0, 1, 1, 1, 2, 3, 3, 4]
+    assert count_sentences(si) == 5
+    k = adaptive_k(count_sentences(si), 1, 2)
+    assert k == 3 and len(sentence_block_starts(si, k)) == 2
+    with pytest.raises(ValueError, match="max_blocks"):
+        adaptive_k(5, 1, 0)

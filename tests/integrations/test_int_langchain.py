@@ -14,11 +14,12 @@ pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 langchain_tests = pytest.importorskip("langchain_tests")
 
-from htp_retrieval.integrations import HTPEmbeddings  # noqa: E402
-from htp_retrieval.integrations._runtime import loaded_configs  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests  # noqa: E402
 from langchain_tests.unit_tests import EmbeddingsUnitTests  # noqa: E402
+
+from htp_retrieval.integrations import HTPEmbeddings  # noqa: E402
+from htp_retrieval.integrations._runtime import loaded_configs  # noqa: E402
 
 
 def _cos(a: list[float], b: list[float]) -> float:

@@ -10,12 +10,13 @@ import pytest
 pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain_core")
 
-from htp_retrieval.integrations import HTPEmbeddings  # noqa: E402
 from llama_index.core import Settings, VectorStoreIndex  # noqa: E402
 from llama_index.core.callbacks import CallbackManager  # noqa: E402
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler  # noqa: E402
 from llama_index.core.callbacks.schema import CBEventType  # noqa: E402
 from llama_index.core.schema import TextNode  # noqa: E402
+
+from htp_retrieval.integrations import HTPEmbeddings  # noqa: E402
 
 
 def _cos(a: list[float], b: list[float]) -> float:

@@ -1,0 +1,362 @@
+"""Diagnosis of HTP on a given model: sink norms, state drift, and ablation runs.
+
+Three commands (``htp-retrieval analyze norms | drift | ablate``) back docs/ANALYSIS.md:
+
+* ``norms``: per layer, the hidden-state norm of the sink (position 0), the ``<B-PST>`` and
+  ``<PST>`` tokens and the copy sources, as multiples of the median text-token norm. It
+  shows the attention sink (position 0's norm an order of magnitude above the median).
+* ``drift``: per layer, the cosine between each text token's hidden state under a method
+  and under vanilla (same tokens, no placeholders), averaged over tokens: how far the
+  rewiring moves the states that mean pooling reads.
+* ``ablate``: named encoder variants (method, layers, exit, K, placeholder init, sink,
+  document instruction) scored on a BEIR split, one results JSON per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENCODER_KEYS = {
+    "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
+    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "dtype", "padding_side",
+}
+RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
+
+# The issue-6 ablation groups, each a list of ``name:key=value,...`` variant specs.
+PRESETS: dict[str, list[str]] = {
+    "sink": [
+        "vanilla-mean:method=vanilla-mean",
+        "htp:method=htp",
+        "htp-bpst-at-0:method=htp,keep_sink=false",
+        "htp-doc-instruction:method=htp,document_instruction=Represent this document for "
+        "retrieval",
+        "vanilla-doc-instruction:method=vanilla-mean,document_instruction=Represent this "
+        "document for retrieval",
+    ],
+    "init": [
+        "htp-init-mean:method=htp,placeholder_init=mean",
+        "htp-init-zeros:method=htp,placeholder_init=zeros",
+        "htp-init-period:method=htp,placeholder_init=token:.",
+        "htp-init-bos:method=htp,placeholder_init=bos",
+    ],
+    "components": [
+        "vanilla-mean:method=vanilla-mean",
+        "htp-no-copies:method=htp,tp_start=0,tp_exit=0",
+        "tp-sentence:method=tp-sentence",
+        "htp:method=htp",
+        "tp-mean:method=tp-mean",
+    ],
+}
+
+
+def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Parse ``name:key=value,key=value`` into encoder and run keyword arguments.
+
+    Values ``none``/``true``/``false`` and integers are converted; anything else stays a
+    string (commas inside a value are not supported except in instructions, which must
+    come last).
+
+    Returns:
+        ``(name, encoder_kwargs, run_kwargs)``.
+
+    Raises:
+        ValueError: for a missing name or an unknown key (the message lists valid keys).
+    """
+    name, _, rest = spec.partition(":")
+    if not name:
+        raise ValueError(f"variant {spec!r} has no name (use name:key=value,...)")
+    enc: dict[str, Any] = {}
+    run: dict[str, Any] = {}
+    items: list[str] = []
+    for part in rest.split(",") if rest else []:
+        if "=" in part or not items:
+            items.append(part)
+        else:  # a comma inside the previous value
+            items[-1] += "," + part
+    for item in items:
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        value: Any = raw
+        low = raw.strip().lower()
+        if low == "none":
+            value = None
+        elif low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = raw
+        if key in ENCODER_KEYS:
+            enc[key] = value
+        elif key in RUN_KEYS:
+            run[key] = value
+        else:
+            raise ValueError(
+                f"variant {name!r}: unknown key {key!r}; valid: "
+                + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS))
+            )
+    return name, enc, run
+
+
+def layer_states(encoder: Any, text: str, *, instruction: str | None = None) -> tuple[Any, Any]:
+    """Hidden states after every layer up to the encoder's exit, for one text.
+
+    Args:
+        encoder: An :class:`~htp_retrieval.HTPEncoder`.
+        text: The text.
+        instruction: Optional instruction.
+
+    Returns:
+        ``(layout, states)``: the :class:`~htp_retrieval.layout.Layout` and a float32 tensor
+        ``[n_layers_run, seq, hidden]`` (the output of each layer, copies included).
+    """
+    import torch
+
+    from htp_retrieval.rewiring import decoder_layers
+
+    layout = encoder.build_layouts([text], instruction=instruction)[0]
+    captured: dict[int, torch.Tensor] = {}
+
+    def hook(i: int):  # noqa: ANN202
+        def f(_m: Any, _a: Any, out: Any) -> None:
+            h = out[0] if isinstance(out, tuple) else out
+            captured[i] = h[0].detach().float().cpu()
+        return f
+
+    handles = [layer.register_forward_hook(hook(i))
+               for i, layer in enumerate(decoder_layers(encoder.model))]
+    try:
+        encoder._forward([layout])
+    finally:
+        for h in handles:
+            h.remove()
+    return layout, torch.stack([captured[i] for i in sorted(captured)])
+
+
+def norm_profile(encoder: Any, texts: Sequence[str]) -> dict[str, list[float]]:
+    """Per-layer hidden-state norms as multiples of the median text-token norm.
+
+    Args:
+        encoder: An encoder with a placeholder method (``htp`` shows all groups).
+        texts: Texts (averaged over them).
+
+    Returns:
+        ``group -> [n_layers_run]`` ratios for ``sink`` (position 0), ``bpst``, ``pst``,
+        ``copy_source`` (each block's last token) and ``text_max``.
+    """
+    groups: dict[str, list[np.ndarray]] = {}
+    for text in texts:
+        lay, st = layer_states(encoder, text)
+        norms = st.norm(dim=-1).numpy()  # [layers, seq]
+        med = np.median(norms[:, list(lay.pool_positions)], axis=1)
+        parts = {"sink": [0], "bpst": list(lay.bpst_positions), "pst": list(lay.pst_positions),
+                 "copy_source": [s for _, s in lay.local_copies],
+                 "text_max": None}
+        for g, pos in parts.items():
+            if g == "text_max":
+                v = norms[:, list(lay.pool_positions)].max(axis=1) / med
+            elif pos:
+                v = norms[:, pos].mean(axis=1) / med
+            else:
+                continue
+            groups.setdefault(g, []).append(v)
+    return {g: np.mean(v, axis=0).round(3).tolist() for g, v in groups.items()}
+
+
+def drift_profile(encoder: Any, reference: Any, texts: Sequence[str]) -> list[float]:
+    """Per-layer mean cosine between text-token states of ``encoder`` and ``reference``.
+
+    Both encoders must share the model and keep the same text tokens (same max length);
+    the text tokens are matched in order through each layout's ``pool_positions``.
+
+    Returns:
+        ``[n_layers_run]`` mean cosine similarities (1.0 = no drift).
+    """
+    import torch
+
+    per_text = []
+    for text in texts:
+        la, sa = layer_states(encoder, text)
+        lb, sb = layer_states(reference, text)
+        a = sa[:, list(la.pool_positions)]
+        b = sb[:, list(lb.pool_positions)]
+        n = min(a.shape[0], b.shape[0])
+        per_text.append(torch.nn.functional.cosine_similarity(a[:n], b[:n], dim=-1)
+                        .mean(dim=1).numpy())
+    n = min(len(p) for p in per_text)
+    return np.mean([p[:n] for p in per_text], axis=0).round(4).tolist()
+
+
+def _texts(args: argparse.Namespace) -> list[str]:
+    from htp_retrieval.eval.data import load_beir
+
+    data = load_beir(args.data, split=args.split)
+    ids = sorted(data.corpus)[: args.n_texts]
+    return [data.doc_text(d) for d in ids]
+
+
+def _plot(series: dict[str, list[float]], path: Path, *, ylabel: str, title: str,
+          log: bool = False) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for name, ys in series.items():
+        ax.plot(range(1, len(ys) + 1), ys, marker=".", label=name)
+    ax.set_xlabel("layer")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cmd_norms(args: argparse.Namespace) -> int:
+    from htp_retrieval.encoder import HTPEncoder
+
+    enc = HTPEncoder(args.model, "htp", output_layer=-1)
+    prof = norm_profile(enc, _texts(args))
+    out = Path(args.output) / args.model.replace("/", "__")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "norms.json").write_text(json.dumps({"model": args.model, "profile": prof,
+                                                "command": _command()}, indent=2))
+    _plot(prof, out / "norms.png", ylabel="norm / median text-token norm", log=True,
+          title=f"{args.model}: hidden-state norms (htp layout)")
+    print("| layer | " + " | ".join(prof) + " |\n|---|" + "---|" * len(prof))
+    for i in range(len(next(iter(prof.values())))):
+        print(f"| {i + 1} | " + " | ".join(f"{prof[g][i]:.1f}" for g in prof) + " |")
+    print(f"-> {out / 'norms.json'}, {out / 'norms.png'}", file=sys.stderr)
+    return 0
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    from htp_retrieval.encoder import HTPEncoder
+
+    ref = HTPEncoder(args.model, "vanilla-mean", output_layer=-1)
+    texts = _texts(args)
+    series = {}
+    for m in args.methods.split(","):
+        enc = HTPEncoder(args.model, m, output_layer=-1)
+        series[m] = drift_profile(enc, ref, texts)
+    out = Path(args.output) / args.model.replace("/", "__")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "drift.json").write_text(json.dumps({"model": args.model, "drift": series,
+                                                "command": _command()}, indent=2))
+    _plot(series, out / "drift.png", ylabel="cosine to vanilla (text tokens)",
+          title=f"{args.model}: state drift from vanilla per layer")
+    print("| layer | " + " | ".join(series) + " |\n|---|" + "---|" * len(series))
+    for i in range(min(len(v) for v in series.values())):
+        print(f"| {i + 1} | " + " | ".join(f"{series[m][i]:.3f}" for m in series) + " |")
+    return 0
+
+
+def _command() -> str:
+    return "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    import torch
+
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.data import load_beir, subsample
+    from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = list(args.variant or [])
+    for p in args.preset or []:
+        if p not in PRESETS:
+            raise SystemExit(f"unknown preset {p!r}; valid: {', '.join(PRESETS)}")
+        specs.extend(PRESETS[p])
+    if not specs:
+        raise SystemExit("give --variant name:key=value,... or --preset")
+    data = load_beir(args.data, split=args.split)
+    if args.max_queries or args.max_docs:
+        data = subsample(data, n_queries=args.max_queries or None,
+                         n_docs=args.max_docs or None, seed=args.seed)
+    tag = f"{data.name}-{args.split}" + (
+        f"-q{args.max_queries}d{args.max_docs}s{args.seed}" if args.max_queries or args.max_docs
+        else "")
+    out = Path(args.output) / args.model.replace("/", "__") / tag
+    rows = []
+    seen: set[str] = set()
+    for spec in specs:
+        name, ekw, rkw = parse_variant(spec)
+        if name in seen:
+            continue
+        seen.add(name)
+        path = out / f"{name}.json"
+        if path.exists() and not args.overwrite:
+            res = RetrievalResult.load(path)
+        else:
+            ekw.setdefault("max_length", args.max_length)
+            enc = HTPEncoder(args.model, **ekw)
+            qmethod = rkw.pop("query_method", None)
+            qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
+            res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
+                                query_encoder=qenc, **rkw)
+            res.config.update(variant=name, variant_spec=spec, command=_command())
+            res.save(path)
+        rows.append((name, res))
+        print(f"[{name}] NDCG@10 {res.scores['NDCG@10']:.2f}", file=sys.stderr)
+    base = rows[0][1].scores["NDCG@10"]
+    print(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | spec |\n|---|---|---|---|---|")
+    for name, res in rows:
+        spec = res.config.get("variant_spec", name).split(":", 1)[-1]
+        print(f"| {name} | {res.scores['NDCG@10']:.2f} | {res.scores['NDCG@10'] - base:+.2f} "
+              f"| {res.scores['Recall@100']:.2f} | `{spec}` |")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Register ``htp-retrieval analyze {norms,drift,ablate}``."""
+    p = sub.add_parser("analyze", help="diagnosis: sink norms, drift, ablations (issue 6)")
+    asub = p.add_subparsers(dest="analysis", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--model", default="smollm2-135m-instruct")
+        q.add_argument("--data", default="../shared/data/beir/scifact")
+        q.add_argument("--split", default="train")
+        q.add_argument("--output", default="results/analysis")
+
+    q = asub.add_parser("norms", help="per-layer norms of sink, placeholders, sources")
+    common(q)
+    q.add_argument("--n-texts", type=int, default=16)
+    q.set_defaults(func=cmd_norms)
+
+    q = asub.add_parser("drift", help="per-layer cosine of text-token states to vanilla")
+    common(q)
+    q.add_argument("--n-texts", type=int, default=16)
+    q.add_argument("--methods", default="tp-mean,tp-sentence,htp")
+    q.set_defaults(func=cmd_drift)
+
+    q = asub.add_parser("ablate", help="score named encoder variants on a BEIR split")
+    common(q)
+    q.add_argument("--variant", action="append",
+                   help="name:key=value,... (keys: " + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS))
+                   + ")")
+    q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
+    q.add_argument("--max-queries", type=int, default=100)
+    q.add_argument("--max-docs", type=int, default=400)
+    q.add_argument("--max-length", type=int, default=512)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--threads", type=int, default=0)
+    q.add_argument("--overwrite", action="store_true")
+    q.add_argument("--quiet", action="store_true")
+    q.set_defaults(func=cmd_ablate)

@@ -1,0 +1,247 @@
+"""``htp-retrieval calibrate``: choose HTP's copy layers, exit layer and K policy for a model.
+
+Coordinate search on a validation split that is not the test split (default: SciFact's
+training claims, ``qrels/train.tsv``), within a time budget. Each candidate is scored as
+HTP NDCG@10 minus vanilla-mean NDCG@10 at the same exit layer, so the chosen exit layer is
+not rewarded for what it does to vanilla pooling too. The result is a preset JSON that
+:class:`~htp_retrieval.HTPEncoder` loads with ``preset=path``.
+
+This answers the paper's open question on layer choice (Sec. 7, Limitations) per model,
+instead of carrying Mistral's or Qwen2's layers over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "k")
+
+
+@dataclass
+class Trial:
+    """One scored candidate.
+
+    Attributes:
+        settings: Encoder keyword arguments (a subset of :data:`PRESET_KEYS`).
+        htp: HTP NDCG@10 on the validation split (percent).
+        vanilla: vanilla-mean NDCG@10 at the same exit layer (percent).
+        seconds: Wall time of the trial (both encodes), in seconds.
+    """
+
+    settings: dict[str, Any]
+    htp: float
+    vanilla: float
+    seconds: float
+
+    @property
+    def gain(self) -> float:
+        """HTP minus vanilla-mean, NDCG@10 points."""
+        return self.htp - self.vanilla
+
+
+@dataclass
+class Calibration:
+    """The outcome of :func:`calibrate` (what the preset JSON holds).
+
+    Attributes:
+        model: Model name.
+        n_layers: Decoder layers L.
+        best: The chosen settings (encoder keyword arguments).
+        best_gain: Its HTP - vanilla-mean NDCG@10 gain on the validation split (points).
+        trials: Every trial in the order run.
+        data: Validation data description (path, split, subsample).
+        budget_seconds: The time budget given.
+        command: The command that produced it.
+    """
+
+    model: str
+    n_layers: int
+    best: dict[str, Any]
+    best_gain: float
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    budget_seconds: float = 0.0
+    command: str = ""
+
+    def save(self, path: str | Path) -> None:
+        """Write the preset JSON (parents created)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+
+
+def load_preset(path: str | Path) -> dict[str, Any]:
+    """Encoder keyword arguments from a calibration preset JSON.
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        ValueError: if it holds no ``best`` settings or unknown keys.
+    """
+    raw = json.loads(Path(path).read_text())
+    best = raw.get("best") if isinstance(raw, dict) else None
+    if not isinstance(best, dict):
+        raise ValueError(f"{path}: not a calibration preset (no 'best' settings)")
+    bad = set(best) - set(PRESET_KEYS)
+    if bad:
+        raise ValueError(f"{path}: unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
+    return dict(best)
+
+
+def candidate_axes(n_layers: int) -> dict[str, list[Any]]:
+    """The search space, relative to depth L so it transfers across model sizes.
+
+    Returns:
+        ``axis -> values``; ``window`` values are ``(tp_start, tp_exit)`` pairs.
+    """
+    q = max(1, round(n_layers / 4))
+    windows = sorted({(1, max(2, q)), (1, max(2, 2 * q)), (q, 2 * q), (2 * q, 3 * q),
+                      (1, 3 * q), (q, 3 * q)})
+    return {
+        "output_layer": [-2, -1, -3, -(q + 1)],
+        "window": windows,
+        "summary": ["last", "mean"],
+        "max_blocks": [None, 16, 8, 4],
+    }
+
+
+def calibrate(
+    model: str,
+    data: Any,
+    *,
+    split: str,
+    budget_seconds: float,
+    start: dict[str, Any] | None = None,
+    rounds: int = 2,
+    log: Any = None,
+) -> Calibration:
+    """Coordinate search over :func:`candidate_axes` within a time budget.
+
+    Starting from ``start`` (default: the model family's preset), each axis in turn is
+    set to the value with the largest HTP - vanilla-mean gain, for ``rounds`` passes or
+    until the budget is spent (the trial running when it runs out completes).
+    vanilla-mean depends only on the exit layer, so it is scored once per exit layer.
+
+    Args:
+        model: Model name or path (as for :class:`~htp_retrieval.HTPEncoder`).
+        data: A :class:`~htp_retrieval.eval.data.BeirData` validation split.
+        split: Its split name (recorded).
+        budget_seconds: Wall-time budget in seconds.
+        start: Initial settings.
+        rounds: Passes over the axes.
+        log: File-like for progress lines (default stderr).
+
+    Returns:
+        The :class:`Calibration`.
+    """
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.retrieval import run_retrieval
+
+    log = log or sys.stderr
+    t_begin = time.perf_counter()
+    probe = HTPEncoder(model, "htp")
+    n_layers = probe.n_layers
+    cur: dict[str, Any] = dict(start or {"tp_start": probe.tp_start, "tp_exit": probe.tp_exit,
+                                         "output_layer": probe.output_layer,
+                                         "summary": "last", "max_blocks": None})
+    vanilla_at: dict[int, float] = {}
+    trials: list[Trial] = []
+    done: dict[str, Trial] = {}
+
+    def score(settings: dict[str, Any]) -> Trial:
+        key = json.dumps(settings, sort_keys=True)
+        if key in done:
+            return done[key]
+        t0 = time.perf_counter()
+        enc = HTPEncoder(model, "htp", **settings)
+        if enc.exit_layer not in vanilla_at:
+            van = HTPEncoder(model, "vanilla-mean", output_layer=settings["output_layer"])
+            vanilla_at[enc.exit_layer] = run_retrieval(
+                van, data, split=split, show_progress_bar=False).scores["NDCG@10"]
+        htp = run_retrieval(enc, data, split=split, show_progress_bar=False).scores["NDCG@10"]
+        trial = Trial(dict(settings), htp, vanilla_at[enc.exit_layer], time.perf_counter() - t0)
+        trials.append(trial)
+        done[key] = trial
+        print(f"[calibrate] {settings} htp {htp:.2f} vanilla {trial.vanilla:.2f} "
+              f"gain {trial.gain:+.2f} ({trial.seconds:.0f} s)", file=log, flush=True)
+        return trial
+
+    best = score(cur)
+    axes = candidate_axes(n_layers)
+    for _ in range(rounds):
+        improved = False
+        for axis, values in axes.items():
+            for v in values:
+                if time.perf_counter() - t_begin > budget_seconds:
+                    break
+                cand = dict(cur)
+                if axis == "window":
+                    cand["tp_start"], cand["tp_exit"] = v
+                else:
+                    cand[axis] = v
+                t = score(cand)
+                if t.gain > best.gain:
+                    best, cur, improved = t, cand, True
+        if not improved or time.perf_counter() - t_begin > budget_seconds:
+            break
+    return Calibration(
+        model=model,
+        n_layers=n_layers,
+        best=dict(best.settings),
+        best_gain=round(best.gain, 3),
+        trials=[{**asdict(t), "gain": round(t.gain, 3)} for t in trials],
+        data={"name": data.name, "split": split, "n_queries": len(data.queries),
+              "n_docs": len(data.corpus)},
+        budget_seconds=budget_seconds,
+    )
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import torch
+
+    from htp_retrieval.eval.data import load_beir, subsample
+
+    if args.split == "test" and not args.allow_test:
+        raise SystemExit("calibrating on the test split leaks into reported numbers; use a "
+                         "train/dev split (or --allow-test to insist)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = load_beir(args.data, split=args.split)
+    if args.max_queries or args.max_docs:
+        data = subsample(data, n_queries=args.max_queries or None,
+                         n_docs=args.max_docs or None, seed=args.seed)
+    cal = calibrate(args.model, data, split=args.split,
+                    budget_seconds=args.budget_minutes * 60, rounds=args.rounds)
+    cal.command = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    out = Path(args.output) if args.output else Path(
+        "presets") / f"{args.model.replace('/', '__')}.json"
+    cal.save(out)
+    print("| trial | settings | HTP | vanilla-mean | gain |\n|---|---|---|---|---|")
+    for i, t in enumerate(cal.trials):
+        print(f"| {i} | `{json.dumps(t['settings'], sort_keys=True)}` | {t['htp']:.2f} "
+              f"| {t['vanilla']:.2f} | {t['gain']:+.2f} |")
+    print(f"best: {cal.best} (gain {cal.best_gain:+.2f}) -> {out}", file=sys.stderr)
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Register ``htp-retrieval calibrate``."""
+    p = sub.add_parser("calibrate", help="choose HTP layers, exit and K policy for a model")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--data", default="../shared/data/beir/scifact")
+    p.add_argument("--split", default="train", help="validation split (never test)")
+    p.add_argument("--max-queries", type=int, default=100)
+    p.add_argument("--max-docs", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-minutes", type=float, default=30.0)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--output", default=None, help="preset JSON (default presets/<model>.json)")
+    p.add_argument("--allow-test", action="store_true")
+    p.set_defaults(func=cmd_calibrate)

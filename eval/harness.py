@@ -1,0 +1,528 @@
+"""Eval runs over datasets and sweeps: what ``htp-retrieval eval`` and the parity commands run.
+
+A run is a set of :class:`DataItem` (a BEIR/LongEmbed split, a synthetic task at one context
+length, or an STS split) times a set of :class:`RunPoint` (method x max length x K x N). Each
+pair gives one results JSON, ``<output>/<model>/<dataset>-<split>/<name>.json``, whose name
+encodes the point (:func:`result_name`); an existing file is reused unless ``overwrite``.
+
+Sweeps follow the paper: max length (Fig. 5: NDCG@10 against context length), K (Table 12:
+1, 2, 4, 8, 12, 20, 32, 64) and sentence vs fixed-token blocks (Fig. 7: ``htp-fixed-tokens``
+with N = ``auto``, i.e. text tokens // sentences per document).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from htp_retrieval.eval.data import BeirData, load_beir, subsample
+from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
+from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+from htp_retrieval.eval.sts import StsData, load_sts, run_sts, sts_file
+from htp_retrieval.eval.synthetic import (
+    DEFAULT_CONTEXT_LENGTHS,
+    GENERATOR_VERSION,
+    SYNTHETIC_TASKS,
+    SyntheticData,
+    generate_all,
+)
+from htp_retrieval.methods import METHODS, MethodSpec, get_method
+from htp_retrieval.models import DEFAULT_MODEL
+
+DataKind = Literal["retrieval", "sts"]
+"""``retrieval``: corpus/queries/qrels scored by pytrec_eval; ``sts``: sentence pairs."""
+BlockSize = int | Literal["auto"]
+SYNTHETIC_METRICS = ("ndcg_cut_10", "recall_100", "map_cut_10", "recip_rank", "P_1")
+"""Metrics for needle/passkey: ``P_1`` is reported as ``Acc@1`` (one relevant document per
+query, so precision@1 = accuracy@1 = LongEmbed's nDCG@1)."""
+K_ABLATION = (1, 2, 4, 8, 12, 20, 32, 64)
+"""The paper's Table 12 K values."""
+
+
+@dataclass
+class DataItem:
+    """One split to evaluate.
+
+    Attributes:
+        kind: :data:`DataKind`.
+        name: Dataset name (results folder ``<name>-<split>``).
+        split: Split name.
+        data: :class:`BeirData` (retrieval) or :class:`StsData`.
+        context_length: Synthetic tasks: the generated length in tokens.
+    """
+
+    kind: DataKind
+    name: str
+    split: str
+    data: BeirData | StsData
+    context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One encoder setting of a sweep.
+
+    Attributes:
+        method: The method.
+        max_length: Max text tokens; ``None`` for a synthetic task means "cover the context
+            length" (at least the longest document in the model's tokens).
+        k: Sentences per block (``None``: the method's default, or not used by it).
+        n: Tokens per block for fixed-token blocks, an int or ``"auto"``.
+    """
+
+    method: MethodSpec
+    max_length: int | None = 512
+    k: int | None = None
+    n: BlockSize | None = None
+
+
+@dataclass
+class EvalSettings:
+    """Everything about a run except the data.
+
+    Attributes:
+        model: Packaged name, ``.gguf``, local dir or hub id.
+        methods: Method names/aliases or specs.
+        max_lengths: Max text tokens to sweep (``None``: 512, and for synthetic tasks the
+            context length).
+        ks: K values (``[None]``: the method default).
+        ns: N values, ints or ``"auto"`` (``[None]``: the method default).
+        tp_start, tp_exit, output_layer: Layer overrides (``None``: the model preset).
+        segmenter: Sentence segmenter name.
+        device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
+        output: Results root folder.
+        overwrite: Recompute existing results.
+        command: The command line recorded in each result (``config["command"]``).
+        show_progress_bar: tqdm bars.
+        chunk_size: Documents per corpus checkpoint chunk.
+        max_queries, max_docs, seed: Subsampling (and synthetic generation) settings; part
+            of the result name.
+        synthetic_tokenizer: Tokenizer that measured synthetic lengths (``None``: default).
+        verbose: Print the placeholder layout of one input per encoder.
+    """
+
+    model: str = DEFAULT_MODEL
+    methods: Sequence[str | MethodSpec] = ("vanilla-mean", "htp")
+    max_lengths: Sequence[int] | None = None
+    ks: Sequence[int | None] = (None,)
+    ns: Sequence[BlockSize | None] = (None,)
+    tp_start: int | None = None
+    tp_exit: int | None = None
+    output_layer: int | None = None
+    segmenter: str = "sentencizer"
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    padding_side: str = "right"
+    batch_size: int = 32
+    max_tokens_per_batch: int = 16384
+    output: str | Path = "results"
+    overwrite: bool = False
+    command: str = ""
+    show_progress_bar: bool = True
+    chunk_size: int = 1024
+    max_queries: int = 0
+    max_docs: int = 0
+    seed: int = 0
+    synthetic_tokenizer: str | None = None
+    verbose: bool = False
+    extra_config: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_list(text: str | None, *, allow_auto: bool = False) -> list[Any] | None:
+    """Parse ``"512,1024"`` into ``[512, 1024]`` (``"auto"`` kept if allowed).
+
+    Raises:
+        ValueError: naming the bad item.
+    """
+    if text is None:
+        return None
+    out: list[Any] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if allow_auto and item == "auto":
+            out.append("auto")
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            want = "an integer or 'auto'" if allow_auto else "an integer"
+            raise ValueError(f"{item!r} in {text!r} is not {want}") from None
+    if not out:
+        raise ValueError(f"empty list: {text!r}")
+    return out
+
+
+def _spec_uses_k(spec: MethodSpec) -> bool:
+    return spec.placeholders in ("local", "hierarchical") and spec.blocks == "sentence"
+
+
+def _spec_uses_n(spec: MethodSpec) -> bool:
+    return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
+
+
+def sweep_points(
+    methods: Sequence[str | MethodSpec],
+    *,
+    max_lengths: Sequence[int | None] = (512,),
+    ks: Sequence[int | None] = (None,),
+    ns: Sequence[BlockSize | None] = (None,),
+) -> list[RunPoint]:
+    """The settings to run: each method at each max length, K and N that apply to it.
+
+    K applies to sentence-block methods (``tp-sentence``, ``htp``) and to
+    ``htp-fixed-tokens`` with N = ``auto`` (N is derived from the K-sentence blocks); N
+    applies to fixed-token methods only. Other methods run once per max length, so a K
+    sweep reuses one vanilla-mean run as its cost baseline.
+
+    Raises:
+        ValueError: for an unknown method name.
+    """
+    points: list[RunPoint] = []
+    for m in methods:
+        spec = get_method(m)
+        for length in max_lengths:
+            if _spec_uses_n(spec):
+                for n in ns:
+                    for k in (ks if n == "auto" else (None,)):
+                        points.append(RunPoint(spec, length, k, n))
+            elif _spec_uses_k(spec):
+                points.extend(RunPoint(spec, length, k, None) for k in ks)
+            else:
+                points.append(RunPoint(spec, length, None, None))
+    return list(dict.fromkeys(points))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def result_name(
+    point: RunPoint,
+    settings: EvalSettings,
+    *,
+    context_length: int | None = None,
+) -> str:
+    """File name of a result: ``<method>__len<L>[__ctx<C>][__k<K>][__n<N>][...].json``.
+
+    The parts after the method appear only when set: ``len`` (max length; absent for a
+    synthetic task that covers its context length), ``ctx`` (synthetic context length),
+    ``k``, ``n``, ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
+    ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
+    (non-default synthetic tokenizer).
+    """
+    parts = [_safe(point.method.name)]
+    if point.max_length is not None:
+        parts.append(f"len{point.max_length}")
+    if context_length is not None:
+        parts.append(f"ctx{context_length}")
+    if point.k is not None:
+        parts.append(f"k{point.k}")
+    if point.n is not None:
+        parts.append(f"n{point.n}")
+    if settings.tp_start is not None or settings.tp_exit is not None:
+        a, b = ("" if v is None else v for v in (settings.tp_start, settings.tp_exit))
+        parts.append(f"tp{a}-{b}")  # an empty side is the model preset
+    if settings.output_layer is not None:
+        parts.append(f"out{settings.output_layer}")
+    if settings.segmenter != "sentencizer":
+        parts.append(settings.segmenter)
+    if settings.max_queries or settings.max_docs:
+        parts.append(f"q{settings.max_queries}d{settings.max_docs}s{settings.seed}")
+    elif context_length is not None and settings.seed:
+        parts.append(f"seed{settings.seed}")
+    if context_length is not None and settings.synthetic_tokenizer:
+        parts.append("tok-" + _safe(settings.synthetic_tokenizer))
+    return "__".join(parts) + ".json"
+
+
+def resolve_data(
+    spec: str,
+    *,
+    split: str = "test",
+    seed: int = 0,
+    context_lengths: Sequence[int] | None = None,
+    max_queries: int = 0,
+    max_docs: int = 0,
+    synthetic_tokenizer: str | None = None,
+    haystack: str | Path | None = None,
+) -> list[DataItem]:
+    """Turn a ``--data`` value into the splits to evaluate.
+
+    Args:
+        spec: One of
+
+            * a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``);
+            * a LongEmbed folder (BEIR layout, or the hub's ``qrels.jsonl`` layout);
+            * ``longembed:<task>``: the task from the hub dataset ``dwzhu/LongEmbed``;
+            * ``needle`` or ``passkey``: generated (:mod:`~htp_retrieval.eval.synthetic`),
+              one item per context length;
+            * an STS jsonl file, or a folder holding ``<split>.jsonl`` in that form.
+        split: Split name.
+        seed: Subsampling and generation seed.
+        context_lengths: Synthetic lengths (default 256 ... 8192).
+        max_queries: Retrieval: subsample queries; synthetic: queries per length; STS: pairs
+            (0: all / the default).
+        max_docs: Retrieval: documents kept (relevant ones + distractors); synthetic:
+            candidate documents per length (0: all / the default).
+        synthetic_tokenizer: Tokenizer that measures synthetic lengths.
+        haystack: Folder of Paul Graham essays (needle).
+
+    Returns:
+        The :class:`DataItem` list.
+
+    Raises:
+        FileNotFoundError: if ``spec`` is none of the above (the message says what was
+            expected).
+    """
+    lengths = list(context_lengths or DEFAULT_CONTEXT_LENGTHS)
+    key = spec.strip().lower()
+    if key in SYNTHETIC_TASKS:
+        n_docs = max_docs or 100
+        n_queries = min(max_queries or 50, n_docs)
+        gen = generate_all(key, lengths, seed=seed, n_docs=n_docs, n_queries=n_queries,  # type: ignore[arg-type]
+                           tokenizer=synthetic_tokenizer, haystack=haystack)
+        return [DataItem("retrieval", key, "test", d, context_length=c) for c, d in gen.items()]
+    if key.startswith("longembed:"):
+        task = spec.split(":", 1)[1].strip()
+        if task.lower() in SYNTHETIC_TASKS:
+            return [DataItem("retrieval", f"{task.lower()}-longembed", "test",
+                             load_longembed(LONGEMBED_HUB, task=task, context_length=c),
+                             context_length=c) for c in lengths]
+        data = load_longembed(LONGEMBED_HUB, task=task)
+        return [DataItem("retrieval", data.name, split, _sub(data, max_queries, max_docs, seed))]
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"--data {spec!r}: no such file or folder, and not one of: needle, passkey, "
+            "longembed:<task>")
+    sts = sts_file(path, split)
+    if sts is not None:
+        data_s = load_sts(sts, split=split)
+        if max_queries:
+            data_s = data_s.subsample(max_queries, seed=seed)
+        return [DataItem("sts", data_s.name, data_s.split, data_s)]
+    if path.is_dir() and (path / "qrels" / f"{split}.tsv").exists():
+        data = load_beir(path, split=split)
+        return [DataItem("retrieval", data.name, split, _sub(data, max_queries, max_docs, seed))]
+    if path.is_dir() and (path / "qrels.jsonl").exists():
+        try:
+            data = load_longembed(path, split=split)
+        except ValueError as e:
+            if "context_length=" not in str(e):
+                raise
+            return [DataItem("retrieval", path.name.lower(), "test",
+                             load_longembed(path, context_length=c), context_length=c)
+                    for c in lengths]
+        return [DataItem("retrieval", data.name, split, _sub(data, max_queries, max_docs, seed))]
+    raise FileNotFoundError(
+        f"--data {spec!r}: expected a BEIR/LongEmbed folder (corpus.jsonl, queries.jsonl and "
+        f"qrels/{split}.tsv or qrels.jsonl) or an STS jsonl file / folder with {split}.jsonl "
+        "(rows with sentence1, sentence2, score)")
+
+
+def _sub(data: BeirData, max_queries: int, max_docs: int, seed: int) -> BeirData:
+    if max_queries or max_docs:
+        return subsample(data, n_queries=max_queries or None, n_docs=max_docs or None, seed=seed)
+    return data
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _short(text: str, max_chars: int = 240) -> str:
+    """The first sentences of ``text`` up to ``max_chars`` characters (for layouts)."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    ends = [m.end() for m in re.finditer(r"[.!?][\"')\]]*\s", cut)]
+    return cut[: ends[-1]].strip() if ends else cut
+
+
+def print_layout(encoder: Any, item: DataItem, *, file: Any = None) -> None:
+    """Print the placeholder layout of one input (like the paper's Appendix C example).
+
+    Shows one document (retrieval; its first sentences) or one sentence (STS), and one
+    query with its instruction.
+    """
+    from htp_retrieval.methods import task_instructions
+
+    out = file or sys.stdout
+    name = encoder.spec.name
+    if isinstance(item.data, StsData):
+        print(f"[{name}] layout of one STS sentence:", file=out)
+        print(encoder.describe(_short(item.data.sentence1[0])), file=out)
+        return
+    data = item.data
+    doc = _short(data.doc_text(next(iter(data.corpus))))
+    print(f"[{name}] layout of one document (first sentences):", file=out)
+    print(encoder.describe(doc), file=out)
+    if data.queries:
+        qi, _ = task_instructions(data.name)
+        print(f"[{name}] layout of one query (instruction: {qi!r}):", file=out)
+        print(encoder.describe(_short(next(iter(data.queries.values()))), instruction=qi),
+              file=out)
+
+
+def _cover_length(encoder: Any, data: BeirData, context_length: int) -> int:
+    """Max length that keeps every document whole in the model's tokens (>= context)."""
+    texts = [data.doc_text(d) for d in data.corpus]
+    ids = encoder.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    return max([context_length, *map(len, ids)])
+
+
+def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> Any:
+    from htp_retrieval.encoder import HTPEncoder
+
+    enc = HTPEncoder(
+        settings.model, point.method, k=point.k, tokens_per_block=point.n,
+        segmenter=settings.segmenter,  # type: ignore[arg-type]
+        max_length=point.max_length or item.context_length or 512,
+        tp_start=settings.tp_start, tp_exit=settings.tp_exit,
+        output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
+        padding_side=settings.padding_side,  # type: ignore[arg-type]
+        batch_size=settings.batch_size, max_tokens_per_batch=settings.max_tokens_per_batch,
+    )
+    if point.max_length is None and item.context_length is not None:
+        assert isinstance(item.data, BeirData)
+        enc.max_length = _cover_length(enc, item.data, item.context_length)
+    return enc
+
+
+def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[RetrievalResult]:
+    """Evaluate every item at every sweep point; one results JSON each (reused if present).
+
+    Retrieval items go through :func:`~htp_retrieval.eval.retrieval.run_retrieval` (with
+    corpus checkpointing in ``<name>.partial/``), STS items through
+    :func:`~htp_retrieval.eval.sts.run_sts`. Each saved result has ``config["command"]``,
+    and synthetic ones ``config["context_length"]`` and ``config["synthetic"]`` (seed,
+    tokenizer, generator version); needle/passkey scores include ``Acc@1``.
+
+    Returns:
+        The results in run order (loaded ones included).
+    """
+    results: list[RetrievalResult] = []
+    model_dir = settings.model.replace("/", "__")
+    if model_dir.endswith(".gguf"):
+        model_dir = Path(model_dir).stem
+    shown: set[str] = set()
+    for item in items:
+        out_dir = Path(settings.output) / _safe(model_dir) / f"{item.name}-{item.split}"
+        if settings.max_lengths:
+            lengths: list[int | None] = list(settings.max_lengths)
+        else:
+            lengths = [None] if item.context_length is not None else [512]
+        for point in sweep_points(settings.methods, max_lengths=lengths, ks=settings.ks,
+                                  ns=settings.ns):
+            path = out_dir / result_name(point, settings, context_length=item.context_length)
+            label = path.stem
+            enc = None
+            if settings.verbose and point.method.name not in shown:
+                shown.add(point.method.name)
+                enc = _make_encoder(settings, point, item)
+                print_layout(enc, item)
+            if path.exists() and not settings.overwrite:
+                _log(f"[{label}] reusing {path} (--overwrite to recompute)")
+                results.append(RetrievalResult.load(path))
+                continue
+            enc = enc or _make_encoder(settings, point, item)
+            _log(f"[{label}] {item.name}-{item.split}: encoding ...")
+            if isinstance(item.data, StsData):
+                res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
+                ckpt = None
+            else:
+                ckpt = path.with_name(path.stem + ".partial")
+                res = run_retrieval(
+                    enc, item.data, split=item.split,
+                    show_progress_bar=settings.show_progress_bar, checkpoint_dir=ckpt,
+                    chunk_size=settings.chunk_size,
+                    metrics=SYNTHETIC_METRICS if item.context_length is not None else None)
+                if "P_1" in res.scores:
+                    res.scores["Acc@1"] = res.scores.pop("P_1")
+            res.dataset = item.name
+            res.config["command"] = settings.command
+            res.config.update(settings.extra_config)
+            if item.context_length is not None:
+                res.config["context_length"] = item.context_length
+                if isinstance(item.data, SyntheticData):
+                    res.config["synthetic"] = {
+                        "task": item.data.task, "seed": item.data.seed,
+                        "tokenizer": item.data.tokenizer, "generator_version": GENERATOR_VERSION}
+            res.save(path)
+            if ckpt is not None:
+                shutil.rmtree(ckpt, ignore_errors=True)
+            main_score = next(iter(res.scores.items()))
+            _log(f"[{label}] {main_score[0]} {main_score[1]:.2f} -> {path}")
+            results.append(res)
+    return results
+
+
+def _score_columns(group: list[RetrievalResult]) -> list[str]:
+    keys = set().union(*(r.scores for r in group))
+    if "Spearman" in keys:
+        return ["Spearman"]
+    if "Acc@1" in keys:
+        return ["Acc@1", "NDCG@10"]
+    return ["NDCG@10", "Recall@100"]
+
+
+def _block_cells(config: dict[str, Any]) -> tuple[str, str]:
+    spec = METHODS.get(config.get("method", ""))
+    if spec is None:
+        return str(config.get("k", "-")), str(config.get("tokens_per_block", "-"))
+    uses_n = _spec_uses_n(spec)
+    uses_k = _spec_uses_k(spec) or (uses_n and config.get("tokens_per_block") == "auto")
+    return (str(config.get("k")) if uses_k else "-",
+            str(config.get("tokens_per_block")) if uses_n else "-")
+
+
+def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanilla-mean") -> str:
+    """Markdown tables, one per dataset/split/context length/max length, with cost ratios.
+
+    Each table lists every result of its group with the scores, encode time (s), text
+    tokens/s, peak memory (MiB) and the time and memory ratios to ``baseline`` from the same
+    group (``n/a`` without one).
+    """
+    groups: dict[tuple, list[RetrievalResult]] = {}
+    for r in results:
+        key = (r.dataset, r.split, r.config.get("context_length"), r.config.get("max_length"))
+        groups.setdefault(key, []).append(r)
+    blocks = []
+    for (dataset, split, ctx, max_len), group in groups.items():
+        cols = _score_columns(group)
+        title = f"### {dataset} ({split})"
+        if ctx is not None:
+            title += f", context length {ctx} tokens"
+        title += f", max length {max_len}"
+        base = next((r for r in group if r.config.get("method") == baseline), None)
+        head = ("| method | K | N | " + " | ".join(cols) + " | encode s | text tokens/s "
+                f"| peak MiB | time x {baseline} | memory x {baseline} |")
+        lines = [title, "", head, "|" + "---|" * (len(cols) + 8)]
+        for r in group:
+            c = r.cost
+            t_ratio = m_ratio = "n/a"
+            if base is not None:
+                bt = base.cost.get("encode_seconds", 0.0)
+                bm = base.cost.get("peak_memory_bytes", 0)
+                t_ratio = f"{c['encode_seconds'] / bt:.2f}" if bt > 0 else "n/a"
+                m_ratio = f"{c['peak_memory_bytes'] / bm:.2f}" if bm > 0 else "n/a"
+            k, n = _block_cells(r.config)
+            scores = " | ".join(f"{r.scores[s]:.2f}" if s in r.scores else "n/a" for s in cols)
+            lines.append(
+                f"| {r.config.get('method')} | {k} | {n} | {scores} "
+                f"| {c.get('encode_seconds', 0.0):.1f} | {c.get('tokens_per_second', 0.0):.0f} "
+                f"| {c.get('peak_memory_bytes', 0) / 2**20:.0f} | {t_ratio} | {m_ratio} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+__all__ = ["DataItem", "RunPoint", "EvalSettings", "parse_list", "sweep_points",
+           "result_name", "resolve_data", "run_eval", "format_results", "print_layout",
+           "K_ABLATION", "SYNTHETIC_METRICS"]

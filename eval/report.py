@@ -1,0 +1,854 @@
+"""Results report: Markdown tables and PNG plots from a folder of results JSONs.
+
+Reads every results JSON (the shared schema of :class:`~htp_retrieval.eval.retrieval.
+RetrievalResult`: ``dataset``, ``split``, ``config``, ``scores``, ``cost``, ``counts``) under
+one or more folders or files and writes:
+
+* one Markdown table per **set** (model, dataset, split, subset, context length): method,
+  the dataset's scores, encode seconds, text tokens/s, peak MiB and the time and memory
+  ratios to the baseline method of the same set, with the command(s) that made it;
+* a score-by-length table when a (model, dataset, subset) has several lengths;
+* PNG plots (matplotlib, Agg): main score vs context length per method (the paper's Fig. 5,
+  and needle/passkey Acc@1 per length), the K ablation (Table 12), sentence vs fixed-token
+  blocks (Fig. 7) and cost ratios per method;
+* a plain statement, per set, of where HTP does not beat the baseline, in points.
+
+Nothing is hard-coded per dataset: rows differ by whatever config keys vary inside a set,
+and those keys become columns. Subsampled runs (file names with ``__q<Q>d<D>s<S>``) are kept
+apart from full runs and labelled as subsets. Output is sorted and carries no timestamps,
+so re-running on the same files gives the same Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from htp_retrieval.methods import METHODS
+
+SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
+"""Score labels shown in tables, in this order, when a set has them."""
+MAIN_SCORE_ORDER: tuple[str, ...] = ("Acc@1", "Spearman", "NDCG@10")
+"""The first of these a set has is its main score (plots, HTP-vs-baseline lines)."""
+IGNORED_KEYS: frozenset[str] = frozenset(
+    {"command", "model", "method", "exit_layer", "n_layers"}
+)
+"""Config keys never used to tell rows apart (``exit_layer``/``n_layers`` follow from the
+model and ``output_layer``; ``command`` is printed above the table)."""
+_SUBSET_RE = re.compile(r"__q(\d+)d(\d+)s(\d+)(?=__|$)")
+"""The subsample tag in a file name (``__q30d200s0``); a folder ending ``-q30d200s0`` also
+marks its files as a subset."""
+_REQUIRED = ("dataset", "split", "config", "scores")
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Subset:
+    """A subsampled run: ``--max-queries``/``--max-docs``/``--seed`` (0 = all)."""
+
+    max_queries: int
+    max_docs: int
+    seed: int
+
+    @property
+    def tag(self) -> str:
+        """The file-name tag, ``q30d200s0``."""
+        return f"q{self.max_queries}d{self.max_docs}s{self.seed}"
+
+
+@dataclass
+class ResultRecord:
+    """One results JSON.
+
+    Attributes:
+        path: The file it came from.
+        dataset: Dataset name (lower case).
+        split: Split name.
+        config: Encoder config plus ``command``, instructions, ``context_length`` ...
+        scores: Metric label -> percent.
+        cost: Cost fields (seconds, bytes, tokens/s); may be empty.
+        counts: ``n_docs``, ``n_queries`` ... ; may be empty.
+        subset: The subsample, or ``None`` for a full run.
+    """
+
+    path: Path
+    dataset: str
+    split: str
+    config: dict[str, Any]
+    scores: dict[str, float]
+    cost: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+    subset: Subset | None = None
+
+    @property
+    def model(self) -> str:
+        """Model name from the config (``?`` if missing)."""
+        return str(self.config.get("model", "?"))
+
+    @property
+    def method(self) -> str:
+        """Method name from the config (``?`` if missing)."""
+        return str(self.config.get("method", "?"))
+
+    @property
+    def length_key(self) -> str:
+        """``context_length`` for synthetic tasks, else ``max_length``."""
+        return "context_length" if self.config.get("context_length") is not None else "max_length"
+
+    @property
+    def length(self) -> int | None:
+        """Context length in tokens (``context_length`` or ``max_length``)."""
+        v = self.config.get(self.length_key)
+        return int(v) if v is not None else None
+
+
+def _subset_of(path: Path, config: dict[str, Any]) -> Subset | None:
+    found = list(_SUBSET_RE.finditer(path.stem)) or list(
+        re.finditer(r"-q(\d+)d(\d+)s(\d+)$", path.parent.name))
+    if found:
+        m = found[-1]
+        return Subset(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    q, d = config.get("max_queries") or 0, config.get("max_docs") or 0
+    if q or d:
+        return Subset(int(q), int(d), int(config.get("seed") or 0))
+    return None
+
+
+MTEB_SKIP_REASON = "mteb output (htp-retrieval mteb), not the results schema"
+
+
+def _is_mteb_file(raw: Any) -> bool:
+    """An mteb ``TaskResult`` JSON or its ``model_meta.json``."""
+    return isinstance(raw, dict) and (
+        ("task_name" in raw and "mteb_version" in raw)
+        or ("loader" in raw and "framework" in raw and "experiment_kwargs" in raw))
+
+
+def read_result(path: str | Path) -> ResultRecord:
+    """Read one results JSON.
+
+    Raises:
+        ValueError: if the file is not valid JSON or lacks a schema key (the message
+            names the file and the key).
+    """
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: not a JSON file ({e})") from e
+    if not isinstance(raw, dict):
+        raise ValueError(f"{p}: not a results JSON (top level is {type(raw).__name__})")
+    if _is_mteb_file(raw):
+        raise ValueError(f"{p}: {MTEB_SKIP_REASON}")
+    for key in _REQUIRED:
+        if key not in raw:
+            raise ValueError(f"{p}: not a results JSON (no {key!r} key)")
+    config = dict(raw["config"])
+    return ResultRecord(
+        path=p,
+        dataset=str(raw["dataset"]),
+        split=str(raw["split"]),
+        config=config,
+        scores={k: float(v) for k, v in raw["scores"].items() if _is_number(v)},
+        cost=dict(raw.get("cost") or {}),
+        counts=dict(raw.get("counts") or {}),
+        subset=_subset_of(p, config),
+    )
+
+
+def load_results(
+    paths: Iterable[str | Path],
+) -> tuple[list[ResultRecord], list[tuple[Path, str]]]:
+    """Read results JSONs from folders (recursively) and files.
+
+    Files inside ``*.partial`` checkpoint folders are not results and are passed over.
+    JSONs found in a folder that are not results files (e.g. mteb's own output) are
+    skipped and listed; a file named explicitly must be a results JSON.
+
+    Args:
+        paths: Folders and/or files.
+
+    Returns:
+        ``(records sorted by path, [(skipped path, reason)])``.
+
+    Raises:
+        FileNotFoundError: if a path does not exist.
+        ValueError: if an explicitly named file is not a results JSON.
+    """
+    records: dict[Path, ResultRecord] = {}
+    skipped: list[tuple[Path, str]] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise FileNotFoundError(f"results path not found: {p}")
+        if p.is_file():
+            records[p.resolve()] = read_result(p)
+            continue
+        for f in sorted(p.rglob("*.json")):
+            if any(part.endswith(".partial") for part in f.relative_to(p).parts[:-1]):
+                continue
+            try:
+                records[f.resolve()] = read_result(f)
+            except ValueError as e:
+                skipped.append((f, str(e).split(": ", 1)[-1]))
+    return sorted(records.values(), key=lambda r: str(r.path)), skipped
+
+
+# --------------------------------------------------------------------------- grouping
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def key_is_relevant(method: str, key: str) -> bool:
+    """Whether a config key changes the embeddings of ``method``.
+
+    K and the segmenter matter only for sentence blocks, N only for fixed-token blocks,
+    the copy range and placeholder init only for methods with placeholders. Unknown
+    methods and other keys: always relevant.
+    """
+    spec = METHODS.get(method)
+    if spec is None:
+        return True
+    blocks = spec.placeholders in ("local", "hierarchical")
+    if key in ("k", "segmenter"):
+        return blocks and spec.blocks == "sentence"
+    if key == "tokens_per_block":
+        return blocks and spec.blocks == "tokens"
+    if key in ("tp_start", "tp_exit", "placeholder_init"):
+        return spec.uses_rewiring
+    return True
+
+
+def _sort_value(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return (2, "")
+    if _is_number(v):
+        return (0, float(v))
+    return (1, json.dumps(v, sort_keys=True) if not isinstance(v, str) else v)
+
+
+def _method_rank(method: str) -> tuple[int, str]:
+    names = list(METHODS)
+    return (names.index(method), "") if method in names else (len(names), method)
+
+
+def varying_keys(records: Sequence[ResultRecord], *, exclude: Iterable[str] = ()) -> list[str]:
+    """Config keys whose relevant values differ across ``records`` (sorted).
+
+    A key counts only where it is relevant to the record's method
+    (:func:`key_is_relevant`), so ``k`` varying among HTP rows makes a column while the
+    ``k`` recorded for vanilla-mean does not.
+    """
+    skip = set(IGNORED_KEYS) | set(exclude)
+    keys = sorted({k for r in records for k in r.config} - skip)
+    out = []
+    for k in keys:
+        vals = {json.dumps(r.config.get(k), sort_keys=True) for r in records
+                if key_is_relevant(r.method, k)}
+        if len(vals) > 1:
+            out.append(k)
+    return out
+
+
+def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
+    """``method`` plus its relevant varying settings, e.g. ``htp (k=4)``."""
+    parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in keys
+             if key_is_relevant(record.method, k)]
+    return record.method + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _row_sort_key(r: ResultRecord, keys: Sequence[str]) -> tuple:
+    return (_method_rank(r.method),
+            tuple(_sort_value(r.config.get(k) if key_is_relevant(r.method, k) else None)
+                  for k in keys),
+            str(r.path))
+
+
+@dataclass
+class ResultSet:
+    """Results comparable with one another: same model, dataset, split, subset, length.
+
+    Attributes:
+        model: Model name.
+        dataset: Dataset name.
+        split: Split name.
+        subset: The subsample (``None``: full split).
+        length: Context length in tokens.
+        length_key: ``context_length`` or ``max_length``.
+        records: Rows, sorted by method (canonical order) then varying keys.
+        keys: Config keys that vary inside the set (table columns).
+    """
+
+    model: str
+    dataset: str
+    split: str
+    subset: Subset | None
+    length: int | None
+    length_key: str
+    records: list[ResultRecord]
+    keys: list[str]
+
+    @property
+    def scores(self) -> list[str]:
+        """Score labels present, in :data:`SCORE_ORDER` (others sorted, at most 4)."""
+        have = {s for r in self.records for s in r.scores}
+        shown = [s for s in SCORE_ORDER if s in have]
+        return shown or sorted(have)[:4]
+
+    @property
+    def main_score(self) -> str | None:
+        """The set's main score label (see :data:`MAIN_SCORE_ORDER`)."""
+        have = {s for r in self.records for s in r.scores}
+        for s in MAIN_SCORE_ORDER:
+            if s in have:
+                return s
+        return self.scores[0] if self.scores else None
+
+    def baseline_for(self, record: ResultRecord, baseline: str) -> ResultRecord | None:
+        """The baseline row a record's ratios use: the set's ``baseline`` record whose
+        method-independent varying settings match the record's most closely (first in
+        table order on ties); ``None`` if the set has no baseline run."""
+        bases = [r for r in self.records if r.method == baseline]
+        if not bases:
+            return None
+
+        def matches(b: ResultRecord) -> int:
+            return sum(1 for k in self.keys
+                       if key_is_relevant(baseline, k) and key_is_relevant(record.method, k)
+                       and b.config.get(k) == record.config.get(k))
+
+        return max(bases, key=lambda b: (matches(b), -bases.index(b)))
+
+
+def group_results(records: Sequence[ResultRecord]) -> list[ResultSet]:
+    """Split records into :class:`ResultSet` s, sorted by model, dataset, split, full
+    before subset, then length."""
+    groups: dict[tuple, list[ResultRecord]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.dataset, r.split, r.subset, r.length), []).append(r)
+    out = []
+    for (model, dataset, split, subset, length), recs in groups.items():
+        length_key = ("context_length" if any(r.length_key == "context_length" for r in recs)
+                      else "max_length")
+        keys = varying_keys(recs, exclude=[length_key])
+        recs = sorted(recs, key=lambda r, k=keys: _row_sort_key(r, k))
+        out.append(ResultSet(model, dataset, split, subset, length, length_key, recs, keys))
+    return sorted(out, key=_set_sort_key)
+
+
+def _set_sort_key(s: ResultSet) -> tuple:
+    sub = (0, 0, 0, 0) if s.subset is None else (1, s.subset.max_queries, s.subset.max_docs,
+                                                 s.subset.seed)
+    return (s.model, s.dataset, s.split, sub, s.length if s.length is not None else -1)
+
+
+# --------------------------------------------------------------------------- formatting
+def _fmt_value(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return format(v, spec) if _is_number(v) else "n/a"
+
+
+def _fmt_seconds(v: Any) -> str:
+    if not _is_number(v):
+        return "n/a"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _ratio(num: Any, den: Any) -> str:
+    if _is_number(num) and _is_number(den) and den > 0:
+        return f"{num / den:.2f}"
+    return "n/a"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def _length_label(length_key: str) -> str:
+    return "context length" if length_key == "context_length" else "max length"
+
+
+_COUNT_LABELS = (("n_queries", "queries"), ("n_docs", "documents"), ("n_pairs", "pairs"))
+
+
+def _subset_label(subset: Subset | None, records: Sequence[ResultRecord]) -> str:
+    sizes = []
+    for key, noun in _COUNT_LABELS:
+        vals = sorted({r.counts[key] for r in records if _is_number(r.counts.get(key))})
+        if vals:
+            sizes.append(f"{'/'.join(_fmt_value(v) for v in vals)} {noun}")
+    size = ", ".join(sizes)
+    if subset is None:
+        return "full split" + (f" ({size})" if size else "")
+    return f"subset `{subset.tag}`" + (f" ({size}, seed {subset.seed})" if size else "")
+
+
+def _commands(records: Sequence[ResultRecord]) -> list[str]:
+    return sorted({str(r.config.get("command") or "(no command recorded)") for r in records})
+
+
+def format_set_table(rs: ResultSet, *, baseline: str = "vanilla-mean") -> str:
+    """The Markdown table of one set (no heading, no commands).
+
+    Columns: method, the varying config keys, the set's scores, ``encode s``,
+    ``text tokens/s``, ``peak MiB``, and ``time x <baseline>`` / ``memory x <baseline>``
+    (ratios of ``encode_seconds`` and ``peak_memory_bytes`` to the set's baseline run;
+    ``n/a`` without one). A key that does not affect a method shows ``–``.
+    """
+    head = ["method", *rs.keys, *rs.scores, "encode s", "text tokens/s", "peak MiB",
+            f"time x {baseline}", f"memory x {baseline}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rs.records:
+        base = rs.baseline_for(r, baseline)
+        c, bc = r.cost, (base.cost if base is not None else {})
+        mem = c.get("peak_memory_bytes")
+        cells = [r.method]
+        cells += [_fmt_value(r.config.get(k)) if key_is_relevant(r.method, k) else "–"
+                  for k in rs.keys]
+        cells += [_fmt(r.scores.get(s), ".2f") for s in rs.scores]
+        cells += [_fmt_seconds(c.get("encode_seconds")), _fmt(c.get("tokens_per_second"), ".0f"),
+                  _fmt(mem / 2**20 if _is_number(mem) else None, ".0f"),
+                  _ratio(c.get("encode_seconds"), bc.get("encode_seconds")),
+                  _ratio(mem, bc.get("peak_memory_bytes"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The compared method against the baseline in one set, on the set's main score."""
+
+    set: ResultSet
+    label: str
+    score: str
+    value: float
+    base_value: float
+
+    @property
+    def diff(self) -> float:
+        """``value - base_value`` in points."""
+        return self.value - self.base_value
+
+    def sentence(self, compare: str, baseline: str) -> str:
+        """One line: the scores, and plainly whether the method beats the baseline."""
+        d = round(self.diff, 2) + 0.0
+        verdict = (f"{compare} beats {baseline} by {d:.2f} points" if d > 0 else
+                   f"**{compare} does not beat {baseline}** ({d:+.2f} points)")
+        return (f"{self.label} {self.value:.2f} vs {baseline} {self.base_value:.2f} "
+                f"{self.score}: {verdict}.")
+
+
+def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
+                baseline: str = "vanilla-mean") -> list[Comparison]:
+    """Every ``compare`` row against its set's baseline row, on the main score."""
+    out = []
+    for rs in sets:
+        score = rs.main_score
+        if score is None:
+            continue
+        for r in rs.records:
+            if r.method != compare or score not in r.scores:
+                continue
+            base = rs.baseline_for(r, baseline)
+            if base is None or score not in base.scores:
+                continue
+            out.append(Comparison(rs, variant_label(r, rs.keys), score, r.scores[score],
+                                  base.scores[score]))
+    return out
+
+
+def _set_title(rs: ResultSet) -> str:
+    length = f"{_length_label(rs.length_key)} {rs.length} tokens" if rs.length else "length n/a"
+    return f"{rs.model} / {rs.dataset} ({rs.split}), {length}, {_subset_label(rs.subset, rs.records)}"
+
+
+# --------------------------------------------------------------------------- plots
+def _pyplot_free_figure(figsize: tuple[float, float], nrows: int = 1):  # noqa: ANN202
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the report's plots need matplotlib: pip install matplotlib "
+            "(or pip install 'htp-retrieval[eval]'), or pass --no-plots"
+        ) from e
+    fig = Figure(figsize=figsize, dpi=100)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(nrows, 1, i + 1) for i in range(nrows)]
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def _log2_axis(ax: Any, xs: Sequence[float]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([_fmt_value(x) for x in xs])
+    ax.minorticks_off()
+
+
+def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
+    """Main score vs context length, one line per method variant (paper Fig. 5; needle and
+    passkey Acc@1 per length). ``None`` if fewer than two lengths."""
+    series = _length_series(sets)
+    lengths = sorted({x for pts in series.values() for x, _ in pts})
+    if len(lengths) < 2:
+        return None
+    rs0 = sets[0]
+    score = rs0.main_score or ""
+    fig, (ax,) = _pyplot_free_figure((7, 4.5))
+    for label, pts in series.items():
+        xs, ys = zip(*sorted(pts))
+        ax.plot(xs, ys, marker="o", label=label)
+    _log2_axis(ax, lengths)
+    ax.set_xlabel(f"{_length_label(rs0.length_key)} (tokens)")
+    ax.set_ylabel(score)
+    ax.set_title(f"{rs0.model} / {rs0.dataset}: {score} vs {_length_label(rs0.length_key)}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _length_series(sets: Sequence[ResultSet]) -> dict[str, list[tuple[int, float]]]:
+    """``variant -> [(length, main score)]`` over the sets of one (model, dataset, subset)."""
+    if not sets:
+        return {}
+    recs = [r for rs in sets for r in rs.records]
+    keys = varying_keys(recs, exclude=["context_length", "max_length"])
+    score = sets[0].main_score
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in sorted(recs, key=lambda r: _row_sort_key(r, keys)):
+        if r.length is not None and score in r.scores:
+            series.setdefault(variant_label(r, keys), []).append((r.length, r.scores[score]))
+    return series
+
+
+def format_length_table(sets: Sequence[ResultSet]) -> str | None:
+    """Main score by length (rows: method variants, columns: lengths); ``None`` for fewer
+    than two lengths."""
+    series = _length_series(sets)
+    lengths = sorted({x for pts in series.values() for x, _ in pts})
+    if len(lengths) < 2:
+        return None
+    head = ["method", *[str(x) for x in lengths]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, pts in series.items():
+        by = dict(pts)
+        lines.append("| " + " | ".join([label, *[_fmt(by.get(x), ".2f") for x in lengths]])
+                     + " |")
+    return "\n".join(lines)
+
+
+def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
+    """Main score vs K per method with sentence blocks (paper Table 12); methods that K does
+    not affect are drawn as horizontal lines. ``None`` unless some method has 2+ K values."""
+    score = rs.main_score
+    other = [k for k in rs.keys if k != "k"]
+    lines: dict[str, list[tuple[int, float]]] = {}
+    flat: dict[str, float] = {}
+    for r in rs.records:
+        if score not in r.scores:
+            continue
+        if key_is_relevant(r.method, "k") and _is_number(r.config.get("k")):
+            lines.setdefault(variant_label(r, other), []).append((int(r.config["k"]),
+                                                                  r.scores[score]))
+        elif r.method == baseline or not any(key_is_relevant(r.method, k) for k in other):
+            flat.setdefault(variant_label(r, other), r.scores[score])
+    lines = {k: v for k, v in lines.items() if len({x for x, _ in v}) >= 2}
+    if not lines:
+        return None
+    ks = sorted({x for v in lines.values() for x, _ in v})
+    fig, (ax,) = _pyplot_free_figure((7, 4.5))
+    for i, (label, pts) in enumerate(lines.items()):
+        xs, ys = zip(*sorted(pts))
+        ax.plot(xs, ys, marker="o", label=label, color=f"C{i}")
+    for j, (label, y) in enumerate(flat.items()):
+        ax.axhline(y, linestyle="--", linewidth=1.2, label=label,
+                   color="gray" if label == baseline else f"C{len(lines) + j}")
+    _log2_axis(ax, ks)
+    ax.set_xlabel("K (sentences per block)")
+    ax.set_ylabel(score or "")
+    ax.set_title(f"{rs.model} / {rs.dataset}: {score} vs K")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
+    """Sentence vs fixed-token blocks (paper Fig. 7): bars of the main score for every
+    hierarchical-placeholder run, labelled with K or N. ``None`` unless both kinds exist."""
+    score = rs.main_score
+    bars: list[tuple[str, float]] = []
+    kinds = set()
+    for r in rs.records:
+        spec = METHODS.get(r.method)
+        if spec is None or spec.placeholders != "hierarchical" or score not in r.scores:
+            continue
+        kinds.add(spec.blocks)
+        tag = (f"sentences, K={_fmt_value(r.config.get('k'))}" if spec.blocks == "sentence"
+               else f"tokens, N={_fmt_value(r.config.get('tokens_per_block'))}")
+        extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
+        label = variant_label(r, extra)
+        bars.append((f"{label}\n{tag}", r.scores[score]))
+    if kinds != {"sentence", "tokens"}:
+        return None
+    fig, (ax,) = _pyplot_free_figure((max(5.0, 1.1 * len(bars) + 2), 5.0))
+    xs = range(len(bars))
+    ax.bar(xs, [b[1] for b in bars], color=["C0" if "sentences" in b[0] else "C1" for b in bars])
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=8, rotation=30, ha="right")
+    base = [r for r in rs.records if r.method == baseline and score in r.scores]
+    vals = [b[1] for b in bars] + ([base[0].scores[score]] if base else [])
+    if base:
+        ax.axhline(base[0].scores[score], linestyle="--", color="gray", label=baseline)
+        ax.legend(fontsize=8, loc="upper right")
+    lo, hi = min(0.0, *vals), max(0.0, *vals)
+    pad = 0.2 * (hi - lo) or 1.0
+    ax.set_ylim(lo - (pad if lo < 0 else 0), hi + pad)
+    ax.set_ylabel(score or "")
+    ax.set_title(f"{rs.model} / {rs.dataset}: sentence vs fixed-token blocks")
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _cost_rows(sets: Sequence[ResultSet], baseline: str
+               ) -> tuple[list[str], list[int | None], dict[tuple[str, int | None], tuple]]:
+    recs = [r for rs in sets for r in rs.records]
+    keys = varying_keys(recs, exclude=["context_length", "max_length"])
+    labels: list[str] = []
+    lengths: list[int | None] = []
+    vals: dict[tuple[str, int | None], tuple] = {}
+    for rs in sets:
+        for r in sorted(rs.records, key=lambda r: _row_sort_key(r, keys)):
+            base = rs.baseline_for(r, baseline)
+            if base is None:
+                continue
+            t = _ratio(r.cost.get("encode_seconds"), base.cost.get("encode_seconds"))
+            m = _ratio(r.cost.get("peak_memory_bytes"), base.cost.get("peak_memory_bytes"))
+            if t == "n/a" and m == "n/a":
+                continue
+            label = variant_label(r, keys)
+            if label not in labels:
+                labels.append(label)
+            if rs.length not in lengths:
+                lengths.append(rs.length)
+            vals[(label, rs.length)] = (None if t == "n/a" else float(t),
+                                        None if m == "n/a" else float(m))
+    order = {lab: i for i, lab in enumerate(labels)}
+    labels.sort(key=lambda lab: (_method_rank(lab.split(" ")[0]), order[lab]))
+    return labels, sorted(lengths, key=lambda x: -1 if x is None else x), vals
+
+
+def plot_cost_ratios(sets: Sequence[ResultSet], path: Path, *, baseline: str) -> Path | None:
+    """Time and memory ratios to the baseline per method variant, one bar per length.
+    ``None`` with fewer than two variants that have a baseline and cost."""
+    labels, lengths, vals = _cost_rows(sets, baseline)
+    if len(labels) < 2:
+        return None
+    has_mem = any(v[1] is not None for v in vals.values())
+    fig, axes = _pyplot_free_figure((max(7.0, 0.7 * len(labels) + 2), 4.0 * (1 + has_mem) + 1),
+                                    nrows=2 if has_mem else 1)
+    width = 0.8 / max(1, len(lengths))
+    for ax, idx, what in zip(axes, (0, 1), ("time", "peak memory")):
+        for j, length in enumerate(lengths):
+            ys = [vals.get((lab, length), (None, None))[idx] for lab in labels]
+            xs = [i + (j - (len(lengths) - 1) / 2) * width for i in range(len(labels))]
+            ax.bar([x for x, y in zip(xs, ys) if y is not None],
+                   [y for y in ys if y is not None], width=width,
+                   label=f"{_length_label(sets[0].length_key)} {length}")
+        ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel(f"{what} x {baseline}")
+        ax.set_title(f"{what} ratio to {baseline}")
+        ax.grid(True, axis="y", alpha=0.3)
+        if len(lengths) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{sets[0].model} / {sets[0].dataset}: cost ratios")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- report
+@dataclass
+class Report:
+    """A generated report.
+
+    Attributes:
+        markdown: The Markdown text.
+        plots: PNG files written.
+        sets: The result sets tabulated.
+        comparisons: The compared-method-vs-baseline lines.
+        skipped: ``[(path, reason)]`` for JSONs that were not results files.
+    """
+
+    markdown: str
+    plots: list[Path]
+    sets: list[ResultSet]
+    comparisons: list[Comparison]
+    skipped: list[tuple[Path, str]]
+
+
+def build_report(
+    paths: Iterable[str | Path],
+    *,
+    output: str | Path | None = None,
+    plots_dir: str | Path | None = None,
+    baseline: str = "vanilla-mean",
+    compare: str = "htp",
+    title: str = "Results",
+    command: str | None = None,
+    notes: str | None = None,
+    plots: bool = True,
+) -> Report:
+    """Build the Markdown report (and its PNG plots) from results JSONs.
+
+    Args:
+        paths: Results folders (searched recursively) and/or files.
+        output: Where the Markdown will be written (only used to make the plot links
+            relative to it; the caller writes the file). ``None``: links relative to the
+            current directory.
+        plots_dir: Folder for the PNGs (default: ``plots`` next to ``output``).
+        baseline: Method whose time and memory are the ratio denominators and that
+            ``compare`` is measured against.
+        compare: Method checked against ``baseline`` on each set's main score.
+        title: The report's ``#`` heading.
+        command: The command that made the report, printed under the title.
+        notes: Markdown put after the introduction (hand-written context).
+        plots: Make PNG plots (needs matplotlib).
+
+    Returns:
+        The :class:`Report`.
+
+    Raises:
+        FileNotFoundError: if a path does not exist.
+        ValueError: if no results JSON is found, or a named file is not one.
+        ImportError: if ``plots`` is on and matplotlib is missing.
+    """
+    records, skipped = load_results(paths)
+    if not records:
+        raise ValueError("no results JSON found under: " + ", ".join(map(str, paths)))
+    sets = group_results(records)
+    md_dir = Path(output).parent if output is not None else Path(".")
+    pdir = Path(plots_dir) if plots_dir is not None else md_dir / "plots"
+    written: list[Path] = []
+
+    def embed(p: Path | None, alt: str) -> list[str]:
+        if p is None:
+            return []
+        written.append(p)
+        rel = Path(os.path.relpath(p, md_dir)).as_posix()
+        return [f"![{alt}]({rel})", ""]
+
+    comps = comparisons(sets, compare=compare, baseline=baseline)
+    out = [f"# {title}", ""]
+    if command:
+        out += ["Generated by:", "", "```bash", command, "```", ""]
+    out += [f"{len(records)} result files, {len(sets)} tables. Scores are percent; "
+            f"`encode s` is corpus + query encode time in seconds, `text tokens/s` counts "
+            f"text tokens only, `peak MiB` is peak memory above the level before encoding; "
+            f"`time x {baseline}` and `memory x {baseline}` divide by the {baseline} run of "
+            f"the same table (same model, dataset, length and subset). Subset tables come "
+            f"from subsampled runs (`--max-queries/--max-docs`) and are not comparable "
+            f"with full-split numbers.", ""]
+    if notes:
+        out += [notes.strip(), ""]
+    out += [f"## {compare} vs {baseline}", ""]
+    if comps:
+        losses = [c for c in comps if round(c.diff, 2) <= 0]
+        out += [f"{compare} does not beat {baseline} in {len(losses)} of {len(comps)} "
+                f"comparisons (main score of each table).", ""]
+        out += [f"- {_set_title(c.set)}: {c.sentence(compare, baseline)}" for c in comps]
+    else:
+        out.append(f"No table has both a {compare} and a {baseline} result.")
+    out.append("")
+
+    by_model: dict[str, list[ResultSet]] = {}
+    for rs in sets:
+        by_model.setdefault(rs.model, []).append(rs)
+    for model in sorted(by_model):
+        out += [f"## {model}", ""]
+        groups: dict[tuple, list[ResultSet]] = {}
+        for rs in by_model[model]:
+            groups.setdefault((rs.dataset, rs.split, rs.subset), []).append(rs)
+        for (dataset, split, subset), gsets in groups.items():
+            recs = [r for rs in gsets for r in rs.records]
+            stem = "__".join([_slug(model), _slug(f"{dataset}-{split}")]
+                             + ([subset.tag] if subset else []))
+            out += [f"### {dataset} ({split}), {_subset_label(subset, recs)}", ""]
+            length_table = format_length_table(gsets)
+            if length_table:
+                score = gsets[0].main_score
+                out += [f"{score} by {_length_label(gsets[0].length_key)} (tokens):", "",
+                        length_table, ""]
+                if plots:
+                    out += embed(plot_score_vs_length(gsets, pdir / f"{stem}__length.png"),
+                                 f"{score} vs length")
+            for rs in gsets:
+                length = (f"{_length_label(rs.length_key)} {rs.length} tokens"
+                          if rs.length is not None else "length not recorded")
+                out += [f"#### {dataset}, {length}", ""]
+                out += ["```bash", *_commands(rs.records), "```", ""]
+                out += [format_set_table(rs, baseline=baseline), ""]
+                loads = [v for r in rs.records for v in (r.cost.get("loadavg_start"),
+                                                         r.cost.get("loadavg_end"))
+                         if _is_number(v)]
+                if loads:
+                    out += [f"1-minute load average during these runs: {min(loads):.1f} to "
+                            f"{max(loads):.1f} (times from runs under different load are "
+                            f"not comparable).", ""]
+                for c in comps:
+                    if c.set is rs:
+                        out += [c.sentence(compare, baseline), ""]
+                if plots:
+                    tag = f"{stem}__len{rs.length}"
+                    out += embed(plot_k_ablation(rs, pdir / f"{tag}__k.png", baseline=baseline),
+                                 "K ablation")
+                    out += embed(plot_blocks(rs, pdir / f"{tag}__blocks.png", baseline=baseline),
+                                 "sentence vs fixed-token blocks")
+            if plots:
+                out += embed(plot_cost_ratios(gsets, pdir / f"{stem}__cost.png",
+                                              baseline=baseline), "cost ratios")
+    foreign = [(p, why) for p, why in skipped if why != MTEB_SKIP_REASON]
+    n_mteb = len(skipped) - len(foreign)
+    if foreign or n_mteb:
+        out += ["## Files skipped", ""]
+        out += [f"- `{p.as_posix()}`: {why}" for p, why in foreign]
+        if n_mteb:
+            out.append(f"- {n_mteb} mteb output files (`htp-retrieval mteb`; mteb reads them)")
+        out.append("")
+    markdown = "\n".join(out).rstrip() + "\n"
+    return Report(markdown, written, sets, comps, skipped)
+
+
+def write_report(report: Report, output: str | Path) -> Path:
+    """Write ``report.markdown`` to ``output`` (parents created); returns the path."""
+    p = Path(output)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(report.markdown, encoding="utf-8")
+    return p
+
+
+__all__ = [
+    "ResultRecord", "ResultSet", "Subset", "Report", "Comparison", "read_result",
+    "load_results", "group_results", "varying_keys", "key_is_relevant", "variant_label",
+    "format_set_table", "format_length_table", "comparisons", "build_report", "write_report",
+    "plot_score_vs_length", "plot_k_ablation", "plot_blocks", "plot_cost_ratios",
+]

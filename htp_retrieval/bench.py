@@ -1,0 +1,918 @@
+"""``htp-retrieval bench``: cost of each method against the raw forward pass, in one run.
+
+For each length setting (SciFact documents truncated to 512 tokens, and long documents of
+2k/8k/32k tokens built from real text), one process times, on the same texts and with the
+same batching:
+
+* ``raw``: the transformer body alone (``base_model(model)``, i.e. ``model.model``) on
+  the vanilla-mean token batches, with its layer list cut to the methods' exit layer L'
+  (no hooks, no pooling, ids already on the device): the physical limit;
+* ``raw-full``: the same at full depth (optional);
+* every requested method through :meth:`HTPEncoder.encode` (tokenization, segmentation,
+  layout, forward, copies and pooling included).
+
+Methods are warmed up, then interleaved (the order rotates every repeat) and the median of
+the repeats is kept. Peak memory is measured per method in a fresh subprocess
+(``--worker``), so allocator state never leaks from one method to the next: on CPU it is
+the peak resident set size (``VmHWM``, reset after loading) minus the resident size after
+loading; on CUDA ``torch.cuda.max_memory_allocated`` minus the allocation after loading.
+Where time goes comes from :class:`~htp_retrieval.encoder.EncodeStats` (tokenization,
+segmentation, layout, forward, copy hooks, pooling) and, with ``--profile``, from
+``torch.profiler`` (top operators and the ``htp.*`` regions).
+
+The result is one JSON (config, versions, per-method figures, ratios, target checks) and a
+plot of time and memory against length, written next to each other.
+
+Source of the targets: HTP (Ding et al., ACL 2026) reports HTP at 1.18x vanilla time and
+1.12x memory, Echo at 3.45x / 4.00x; issue 5 asks for HTP <= 1.05x / 1.10x, vanilla-mean
+>= 0.95x the raw forward's throughput, Echo <= 2.1x, preparation < 5% and padding < 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+LongSource = Literal["scifact", "essays"]
+"""Text of the long documents: concatenated SciFact documents or Paul Graham essays."""
+RAW = "raw"
+RAW_FULL = "raw-full"
+RAW_METHODS = (RAW, RAW_FULL)
+DEFAULT_METHODS = "raw,vanilla-mean,echo-mean,tp-mean,htp"
+DEFAULT_DATA = "../shared/data/beir/scifact"
+DEFAULT_ESSAYS = "../shared/data/haystack/paul_graham_essays"
+SHORT_LENGTH = 512
+
+
+# ----------------------------------------------------------------------------- texts
+@dataclass
+class Setting:
+    """One length setting: the texts every method embeds.
+
+    Attributes:
+        length: Maximum text tokens per text (the encoders' ``max_length``).
+        source: Where the texts come from (``scifact`` documents, or ``scifact``/``essays``
+            concatenations for long settings).
+        texts: The texts, ``[n_texts]``.
+    """
+
+    length: int
+    source: str
+    texts: list[str]
+
+
+def scifact_documents(data: str | os.PathLike[str], limit: int | None = None) -> list[str]:
+    """SciFact (BEIR) documents as ``title + " " + text``, in ``corpus.jsonl`` order.
+
+    Args:
+        data: BEIR folder holding ``corpus.jsonl`` (or the file itself).
+        limit: Documents to read (``None``: all).
+
+    Raises:
+        FileNotFoundError: if ``corpus.jsonl`` is missing.
+    """
+    path = Path(data)
+    if path.is_dir():
+        path = path / "corpus.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"BEIR corpus not found: {path}")
+    out: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            text = f"{row.get('title') or ''} {row.get('text') or ''}".strip()
+            if text:
+                out.append(text)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def essay_documents(folder: str | os.PathLike[str]) -> list[str]:
+    """The Paul Graham essays (``*.txt``), in sorted file-name order.
+
+    Raises:
+        FileNotFoundError: if the folder holds no ``.txt`` file.
+    """
+    files = sorted(Path(folder).glob("*.txt"))
+    if not files:
+        raise FileNotFoundError(f"no .txt essays in {folder}")
+    return [t for t in (p.read_text(encoding="utf-8").strip() for p in files) if t]
+
+
+def long_documents(
+    pieces: Sequence[str], tokenizer: Any, *, length: int, n: int
+) -> list[str]:
+    """Build ``n`` documents of at least ``length`` tokens by concatenating ``pieces``.
+
+    Deterministic: document ``j`` continues where document ``j - 1`` stopped, cycling
+    through ``pieces`` (joined by blank lines). Each document gets pieces until the
+    tokenizer counts at least ``length`` tokens; the encoder then truncates it to exactly
+    ``length`` text tokens.
+
+    Args:
+        pieces: Source texts (SciFact documents or essays), in a fixed order.
+        tokenizer: The model's tokenizer (tokens are counted with it).
+        length: Target length in tokens.
+        n: Number of documents.
+
+    Raises:
+        ValueError: if ``pieces`` is empty or ``length``/``n`` is below 1.
+    """
+    if not pieces or length < 1 or n < 1:
+        raise ValueError("long_documents needs pieces, length >= 1 and n >= 1")
+    counts = [len(ids) for ids in tokenizer(list(pieces), add_special_tokens=False).input_ids]
+    docs: list[str] = []
+    i = 0
+    for _ in range(n):
+        parts: list[str] = []
+        total = 0
+        while total < length + 16:  # a little slack: joining can merge tokens
+            parts.append(pieces[i % len(pieces)])
+            total += counts[i % len(pieces)] + 2
+            i += 1
+        docs.append("\n\n".join(parts))
+    return docs
+
+
+def build_settings(
+    *,
+    lengths: Sequence[int],
+    tokenizer: Any,
+    data: str | os.PathLike[str],
+    n_docs: int,
+    long_docs: int = 0,
+    long_source: LongSource = "scifact",
+    essays: str | os.PathLike[str] = DEFAULT_ESSAYS,
+) -> list[Setting]:
+    """The texts of every length setting.
+
+    A length of at most 512 uses the first ``n_docs`` SciFact documents (truncated to the
+    length by the encoder). Longer settings use ``long_docs`` documents built by
+    :func:`long_documents`; ``long_docs = 0`` picks ``max(1, n_docs * 512 // length)``, so
+    every setting holds about the same number of text tokens.
+
+    Raises:
+        ValueError: for a length below 1 or ``n_docs`` below 1.
+        FileNotFoundError: if the data is missing.
+    """
+    if n_docs < 1 or any(length < 1 for length in lengths):
+        raise ValueError("n_docs and every length must be >= 1")
+    short = scifact_documents(data, n_docs)
+    pieces: list[str] | None = None
+    out = []
+    for length in lengths:
+        if length <= SHORT_LENGTH:
+            out.append(Setting(length, "scifact", short))
+            continue
+        if pieces is None:
+            pieces = (essay_documents(essays) if long_source == "essays"
+                      else scifact_documents(data))
+        n = long_docs or max(1, n_docs * SHORT_LENGTH // length)
+        out.append(Setting(length, long_source, long_documents(pieces, tokenizer, length=length,
+                                                               n=n)))
+    return out
+
+
+# ----------------------------------------------------------------------------- raw forward
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def raw_batches(encoder: Any, texts: Sequence[str]) -> list[tuple[Any, Any]]:
+    """Padded ``(input_ids, attention_mask)`` batches, each ``[rows, width]``, on the device.
+
+    The batches are those :meth:`HTPEncoder.encode` makes for ``encoder`` (use a
+    vanilla-mean encoder: BOS + text, right padding), so the raw forward sees exactly the
+    same rows, widths and padding.
+    """
+    import torch
+
+    layouts = encoder.build_layouts(list(texts))
+    lengths = [len(lay) for lay in layouts]
+    batches = encoder._batches(lengths, encoder.batch_size,
+                               max(encoder.max_tokens_per_batch, max(lengths)))
+    dev = encoder.model.get_input_embeddings().weight.device
+    pad = encoder.tokenizer.pad_token_id or 0
+    out = []
+    for idx in batches:
+        width = max(lengths[i] for i in idx)
+        rows = [list(layouts[i].input_ids) for i in idx]
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows],
+                            dtype=torch.long)
+        out.append((ids.to(dev), mask.to(dev)))
+    return out
+
+
+@contextlib.contextmanager
+def cut_layers(model: Any, n_layers: int) -> Iterator[None]:
+    """Temporarily keep only the first ``n_layers`` decoder layers of ``model``'s body."""
+    from torch import nn
+
+    from htp_retrieval.rewiring import base_model
+
+    body = base_model(model)
+    layers = body.layers
+    body.layers = nn.ModuleList(list(layers)[:n_layers])
+    try:
+        yield
+    finally:
+        body.layers = layers
+
+
+def raw_forward(model: Any, batches: Sequence[tuple[Any, Any]], *, n_layers: int) -> None:
+    """Run the body (``model.model``) on prepared batches, ``n_layers`` layers deep.
+
+    No hooks, no placeholders, no pooling: the forward pass alone (the final norm runs
+    too, as the body always applies it).
+    """
+    import torch
+
+    from htp_retrieval.rewiring import base_model
+
+    body = base_model(model)
+    with torch.inference_mode(), cut_layers(model, n_layers), \
+            torch.profiler.record_function("raw.forward"):
+        for ids, mask in batches:
+            body(input_ids=ids, attention_mask=mask, use_cache=False)
+
+
+# ----------------------------------------------------------------------------- measurement
+@dataclass
+class Run:
+    """One timed run of one method on one setting.
+
+    Attributes:
+        seconds: Wall time, in seconds.
+        cpu_seconds: Process CPU time, in seconds.
+        stats: The encoder's ``EncodeStats`` as a dict (empty for the raw forward).
+    """
+
+    seconds: float
+    cpu_seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodFigures:
+    """Figures of one method on one setting (medians over the repeats).
+
+    Attributes:
+        method: Method name (``raw``/``raw-full`` for the forward pass alone).
+        seconds: Wall time of each repeat, in seconds.
+        median_seconds: Median of ``seconds``.
+        cpu_seconds: Median process CPU time, in seconds.
+        text_tokens: Text tokens embedded (one copy per text).
+        input_tokens: Tokens fed to the model (placeholders and templates included).
+        padded_tokens: Slots of the padded batches (rows x width, summed).
+        padding_fraction: ``1 - input_tokens / padded_tokens``.
+        tokens_per_second: ``text_tokens / median_seconds``.
+        breakdown: Median seconds of ``tokenize``, ``segment``, ``layout``, ``prepare``,
+            ``forward``, ``copies`` and ``pool`` (from ``EncodeStats``).
+        n_batches: Batches per run.
+        peak_memory_bytes: Peak memory above the post-load level, in bytes (``None`` when
+            not measured).
+        memory_probe: How memory was measured (``VmHWM``, ``rss-sampling``, ``cuda``).
+        profile: ``--profile`` summary (regions and top operators), else empty.
+    """
+
+    method: str
+    seconds: list[float]
+    median_seconds: float
+    cpu_seconds: float
+    text_tokens: int
+    input_tokens: int
+    padded_tokens: int
+    padding_fraction: float
+    tokens_per_second: float
+    breakdown: dict[str, float]
+    n_batches: int
+    peak_memory_bytes: int | None = None
+    memory_probe: str = ""
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+class Bench:
+    """Encoders for every method on one shared model, and the raw forward.
+
+    Args:
+        model: Model reference (packaged name, path or hub id).
+        methods: Method names (``raw``, ``raw-full`` and any :data:`METHODS` name).
+        device: ``auto``, ``cpu``, ``cuda``.
+        dtype: Weight dtype.
+        batch_size: Maximum texts per batch.
+        max_tokens_per_batch: Token budget per batch (rows x longest row).
+        device_map: ``from_pretrained`` device map (e.g. ``auto``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        methods: Sequence[str],
+        *,
+        device: str = "auto",
+        dtype: str = "bfloat16",
+        batch_size: int = 32,
+        max_tokens_per_batch: int = 16384,
+        device_map: str | None = None,
+    ) -> None:
+        from htp_retrieval.encoder import HTPEncoder
+
+        self.methods = list(methods)
+        kw: dict[str, Any] = dict(device=device, dtype=dtype, batch_size=batch_size,
+                                  max_tokens_per_batch=max_tokens_per_batch,
+                                  device_map=device_map)
+        names = [m for m in self.methods if m not in RAW_METHODS]
+        if "vanilla-mean" not in names:
+            names.append("vanilla-mean")  # the raw forward uses its batches
+        self.encoders = {m: HTPEncoder(model, m, **kw) for m in names}
+        self.reference = self.encoders["vanilla-mean"]
+        self.model = self.reference.model
+        self.device = str(self.reference.model.get_input_embeddings().weight.device)
+        self._raw: tuple[int, list[tuple[Any, Any]]] | None = None
+
+    def set_length(self, length: int) -> None:
+        """Truncate every text to ``length`` text tokens from now on."""
+        for enc in self.encoders.values():
+            enc.max_length = length
+        self._raw = None
+
+    def _raw_inputs(self, texts: Sequence[str]) -> list[tuple[Any, Any]]:
+        key = id(texts)
+        if self._raw is None or self._raw[0] != key:
+            self._raw = (key, raw_batches(self.reference, texts))
+        return self._raw[1]
+
+    def run(self, method: str, texts: Sequence[str]) -> Run:
+        """Time one method on ``texts`` (raw: prepared batches, forward only)."""
+        if method in RAW_METHODS:
+            batches = self._raw_inputs(texts)
+            depth = (self.reference.exit_layer if method == RAW
+                     else self.reference.n_layers)
+            _sync(self.device)
+            c0, t0 = time.process_time(), time.perf_counter()
+            raw_forward(self.model, batches, n_layers=depth)
+            _sync(self.device)
+            return Run(time.perf_counter() - t0, time.process_time() - c0)
+        enc = self.encoders[method]
+        _sync(self.device)
+        c0, t0 = time.process_time(), time.perf_counter()
+        enc.encode(list(texts))
+        _sync(self.device)
+        seconds = time.perf_counter() - t0
+        st = asdict(enc.last_stats)
+        return Run(seconds, time.process_time() - c0, st)
+
+    def raw_counts(self, texts: Sequence[str]) -> dict[str, int]:
+        """Token counts of the raw forward's batches (those of vanilla-mean)."""
+        layouts = self.reference.build_layouts(list(texts))
+        batches = self._raw_inputs(texts)
+        return {
+            "text_tokens": sum(lay.n_text_tokens for lay in layouts),
+            "input_tokens": sum(len(lay) for lay in layouts),
+            "padded_tokens": sum(int(ids.numel()) for ids, _ in batches),
+            "n_batches": len(batches),
+        }
+
+    def warm_up(self, texts: Sequence[str], length: int) -> None:
+        """Run every method once on up to two texts cut to ``min(length, 512)`` tokens."""
+        short = list(texts[:2])
+        for enc in self.encoders.values():
+            enc.max_length = min(length, SHORT_LENGTH)
+        try:
+            for m in self.methods:
+                self.run(m, short)
+        finally:
+            self.set_length(length)
+
+    def profile(self, method: str, texts: Sequence[str], top: int = 12) -> dict[str, Any]:
+        """One run under ``torch.profiler``: ``htp.*``/``raw.forward`` regions and top ops.
+
+        Returns:
+            ``{"regions": {name: seconds}, "top_ops": [{"name", "self_seconds",
+            "calls"}]}``; seconds are CPU time (plus CUDA time on a GPU, under
+            ``cuda_seconds``).
+        """
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU]
+        if self.device.startswith("cuda"):
+            acts.append(ProfilerActivity.CUDA)
+        with profile(activities=acts) as prof:
+            self.run(method, texts)
+        avgs = prof.key_averages()
+        regions = {e.key: e.cpu_time_total / 1e6 for e in avgs
+                   if e.key.startswith(("htp.", "raw."))}
+        ops = sorted((e for e in avgs if not e.key.startswith(("htp.", "raw."))),
+                     key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+        rows = []
+        for e in ops:
+            row = {"name": e.key, "self_seconds": e.self_cpu_time_total / 1e6,
+                   "calls": e.count}
+            if self.device.startswith("cuda"):
+                row["cuda_seconds"] = getattr(e, "self_device_time_total", 0) / 1e6
+            rows.append(row)
+        return {"regions": regions, "top_ops": rows}
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def figures(method: str, runs: Sequence[Run], counts: dict[str, int] | None = None
+            ) -> MethodFigures:
+    """Median figures of the repeats of one method."""
+    secs = [r.seconds for r in runs]
+    med = _median(secs)
+    if method in RAW_METHODS:
+        assert counts is not None
+        text, inp, padded, nb = (counts["text_tokens"], counts["input_tokens"],
+                                 counts["padded_tokens"], counts["n_batches"])
+        breakdown = {"forward": med}
+    else:
+        st = runs[0].stats
+        text, inp, padded, nb = (st["text_tokens"], st["input_tokens"], st["padded_tokens"],
+                                 len(st["batches"]))
+        keys = {"tokenize": "tokenize_seconds", "segment": "segment_seconds",
+                "layout": "layout_seconds", "prepare": "prepare_seconds",
+                "forward": "forward_seconds", "copies": "copy_seconds",
+                "pool": "pool_seconds"}
+        breakdown = {k: _median([r.stats[v] for r in runs]) for k, v in keys.items()}
+    return MethodFigures(
+        method=method, seconds=secs, median_seconds=med,
+        cpu_seconds=_median([r.cpu_seconds for r in runs]),
+        text_tokens=text, input_tokens=inp, padded_tokens=padded,
+        padding_fraction=(1 - inp / padded) if padded else 0.0,
+        tokens_per_second=text / med if med > 0 else 0.0,
+        breakdown=breakdown, n_batches=nb,
+    )
+
+
+# ----------------------------------------------------------------------------- memory
+def _vm_kib(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:  # pragma: no cover - non-Linux
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak RSS (``VmHWM``) of this process; ``False`` where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # pragma: no cover - non-Linux or restricted
+        return False
+    return _vm_kib("VmHWM") is not None
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Measure one method's peak memory in this (fresh) process.
+
+    The model is loaded, the tokenizer and segmenter are initialised on a short text, the
+    heap is trimmed, then the peak is reset and the texts are embedded once.
+
+    Args:
+        spec: ``model``, ``method``, ``texts``, ``max_length``, ``device``, ``dtype``,
+            ``threads``, ``batch_size``, ``max_tokens_per_batch``, ``device_map``.
+
+    Returns:
+        ``{"peak_memory_bytes", "base_bytes", "seconds", "probe"}``.
+    """
+    import torch
+
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.cost import PeakMemory, _trim_heap, rss_bytes
+
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
+    method = spec["method"]
+    enc = HTPEncoder(spec["model"], "vanilla-mean" if method in RAW_METHODS else method,
+                     device=spec["device"], dtype=spec["dtype"],
+                     batch_size=spec["batch_size"],
+                     max_tokens_per_batch=spec["max_tokens_per_batch"],
+                     device_map=spec.get("device_map"), max_length=spec["max_length"])
+    texts = spec["texts"]
+    enc.build_layouts([texts[0][:200] or "x"])  # tokenizer and segmenter loaded
+    batches = raw_batches(enc, texts) if method in RAW_METHODS else None
+    depth = enc.exit_layer if method == RAW else enc.n_layers
+    device = str(enc.model.get_input_embeddings().weight.device)
+
+    def go() -> None:
+        if batches is not None:
+            raw_forward(enc.model, batches, n_layers=depth)
+        else:
+            enc.encode(texts)
+
+    t0 = time.perf_counter()
+    if device.startswith("cuda"):
+        with PeakMemory(device) as mem:
+            go()
+        return {"peak_memory_bytes": int(mem.peak_bytes),
+                "base_bytes": int(torch.cuda.memory_allocated()),
+                "seconds": time.perf_counter() - t0, "probe": "cuda"}
+    _trim_heap()
+    base = rss_bytes()
+    if _reset_peak_rss():
+        t0 = time.perf_counter()
+        go()
+        peak = (_vm_kib("VmHWM") or 0) * 1024
+        return {"peak_memory_bytes": max(0, peak - base), "base_bytes": base,
+                "seconds": time.perf_counter() - t0, "probe": "VmHWM"}
+    with PeakMemory("cpu") as mem:  # pragma: no cover - fallback without clear_refs
+        go()
+    return {"peak_memory_bytes": int(mem.peak_bytes), "base_bytes": base,
+            "seconds": mem.seconds, "probe": "rss-sampling"}
+
+
+def measure_memory(spec: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    """Run :func:`worker` in a fresh Python process and return its result.
+
+    Raises:
+        RuntimeError: if the worker fails (its stderr tail is in the message).
+    """
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "htp_retrieval.bench", "--worker"],
+        input=json.dumps(spec), capture_output=True, text=True, env=env, timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory worker for {spec['method']} failed "
+                           f"({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- report
+TARGETS = {
+    "htp_time_vs_vanilla": 1.05,
+    "htp_memory_vs_vanilla": 1.10,
+    "vanilla_throughput_vs_raw": 0.95,
+    "echo_time_vs_vanilla": 2.1,
+    "prepare_share": 0.05,
+    "padding_fraction": 0.10,
+}
+
+
+def ratios(methods: dict[str, MethodFigures]) -> dict[str, dict[str, float | None]]:
+    """Per method: time and memory over vanilla-mean, time over raw, throughput over raw."""
+    van = methods.get("vanilla-mean")
+    raw = methods.get(RAW)
+    out: dict[str, dict[str, float | None]] = {}
+    for name, f in methods.items():
+        r: dict[str, float | None] = {"time_vs_vanilla": None, "memory_vs_vanilla": None,
+                                      "time_vs_raw": None, "throughput_vs_raw": None}
+        if van is not None and van.median_seconds > 0:
+            r["time_vs_vanilla"] = f.median_seconds / van.median_seconds
+            if f.peak_memory_bytes is not None and van.peak_memory_bytes:
+                r["memory_vs_vanilla"] = f.peak_memory_bytes / van.peak_memory_bytes
+        if raw is not None and raw.median_seconds > 0 and f.median_seconds > 0:
+            r["time_vs_raw"] = f.median_seconds / raw.median_seconds
+            r["throughput_vs_raw"] = f.tokens_per_second / raw.tokens_per_second
+        out[name] = r
+    return out
+
+
+def check_targets(setting: dict[str, Any]) -> list[dict[str, Any]]:
+    """Compare one setting's figures with :data:`TARGETS`.
+
+    Returns:
+        ``{"target", "value", "limit", "ok"}`` per target whose figures exist.
+    """
+    m, r = setting["methods"], setting["ratios"]
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, upper: bool = True) -> None:
+        if value is None:
+            return
+        limit = TARGETS[name]
+        rows.append({"target": name, "value": value, "limit": limit,
+                     "ok": value <= limit if upper else value >= limit})
+
+    if "htp" in r:
+        add("htp_time_vs_vanilla", r["htp"]["time_vs_vanilla"])
+        add("htp_memory_vs_vanilla", r["htp"]["memory_vs_vanilla"])
+        h = m["htp"]
+        add("prepare_share", h["breakdown"]["prepare"] / h["median_seconds"]
+            if h["median_seconds"] else None)
+    if "vanilla-mean" in r:
+        add("vanilla_throughput_vs_raw", r["vanilla-mean"]["throughput_vs_raw"], upper=False)
+    if "echo-mean" in r:
+        add("echo_time_vs_vanilla", r["echo-mean"]["time_vs_vanilla"])
+    worst = max((f["padding_fraction"] for k, f in m.items() if k not in RAW_METHODS),
+                default=None)
+    add("padding_fraction", worst)
+    return rows
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def format_setting(setting: dict[str, Any]) -> str:
+    """Markdown table of one setting (figures, ratios, breakdown) and its target checks."""
+    lines = [
+        f"### {setting['length']} tokens ({setting['n_texts']} texts from "
+        f"{setting['source']}, {setting['text_tokens']} text tokens"
+        + (", beyond the model's trained context" if setting["beyond_trained_context"]
+           else "") + ")",
+        "",
+        "| method | s (median) | text tok/s | peak MiB | x vanilla time | x vanilla mem "
+        "| x raw time | padding | prepare s | forward s | copies s | pool s |",
+        "|" + "---|" * 12,
+    ]
+    for name, f in setting["methods"].items():
+        r = setting["ratios"][name]
+        b = f["breakdown"]
+        mem = f["peak_memory_bytes"]
+        lines.append(
+            f"| {name} | {f['median_seconds']:.2f} | {f['tokens_per_second']:.0f} "
+            f"| {_fmt(None if mem is None else mem / 2**20, '.0f')} "
+            f"| {_fmt(r['time_vs_vanilla'])} | {_fmt(r['memory_vs_vanilla'])} "
+            f"| {_fmt(r['time_vs_raw'])} | {100 * f['padding_fraction']:.1f}% "
+            f"| {_fmt(b.get('prepare'), '.3f')} | {_fmt(b.get('forward'), '.2f')} "
+            f"| {_fmt(b.get('copies'), '.3f')} | {_fmt(b.get('pool'), '.3f')} |")
+    if setting["targets"]:
+        lines += ["", "| target | value | limit | |", "|---|---|---|---|"]
+        for t in setting["targets"]:
+            lines.append(f"| {t['target']} | {t['value']:.3f} | {t['limit']} "
+                         f"| {'ok' if t['ok'] else 'MISS'} |")
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Plot seconds per text and peak memory against length, one line per method.
+
+    Args:
+        results: Bench results (this module's JSON), merged by length.
+        path: PNG to write.
+
+    Raises:
+        ImportError: if matplotlib is missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("the bench plot needs matplotlib: pip install matplotlib") from e
+    series: dict[str, dict[int, tuple[float, float | None]]] = {}
+    for res in results:
+        for s in res["settings"]:
+            for name, f in s["methods"].items():
+                mem = f["peak_memory_bytes"]
+                series.setdefault(name, {})[s["length"]] = (
+                    f["median_seconds"] / s["n_texts"], None if mem is None else mem / 2**20)
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, pts in series.items():
+        xs = sorted(pts)
+        ax_t.plot(xs, [pts[x][0] for x in xs], marker="o", label=name)
+        mx = [x for x in xs if pts[x][1] is not None]
+        if mx:
+            ax_m.plot(mx, [pts[x][1] for x in mx], marker="o", label=name)
+    for ax, label in ((ax_t, "seconds per document"), (ax_m, "peak memory above load (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("document length (text tokens)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    cfg = results[0]["config"]
+    fig.suptitle(f"{cfg['model']} ({cfg['device']}, {cfg['dtype']}, "
+                 f"{cfg['threads']} threads)", fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def versions() -> dict[str, str]:
+    """Versions and machine facts that affect the figures."""
+    import torch
+    import transformers
+
+    import htp_retrieval
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f
+                        if ln.startswith("model name")), cpu)
+    except OSError:  # pragma: no cover
+        pass
+    out = {"htp_retrieval": htp_retrieval.__version__, "torch": torch.__version__,
+           "transformers": transformers.__version__, "python": platform.python_version(),
+           "machine": platform.machine(), "cpu": cpu, "cpu_count": str(os.cpu_count())}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        out["cuda"] = str(torch.version.cuda)
+    return out
+
+
+# ----------------------------------------------------------------------------- command
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark described by the parsed ``bench`` arguments and return the result."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from htp_retrieval.methods import METHODS, get_method
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in RAW_METHODS:
+            get_method(m)  # raises ValueError naming the valid methods
+    methods = [m if m in RAW_METHODS or m in METHODS else get_method(m).name for m in methods]
+    lengths = _ints(args.lengths)
+    bench = Bench(args.model, methods, device=args.device, dtype=args.dtype,
+                  batch_size=args.batch_size, max_tokens_per_batch=args.max_tokens_per_batch,
+                  device_map=args.device_map)
+    ref = bench.reference
+    max_pos = getattr(bench.model.config, "max_position_embeddings", None)
+    settings = build_settings(lengths=lengths, tokenizer=ref.tokenizer, data=args.data,
+                              n_docs=args.n_docs, long_docs=args.long_docs,
+                              long_source=args.long_source, essays=args.essays)
+    config = {
+        "model": args.model, "device": bench.device, "dtype": args.dtype,
+        "threads": torch.get_num_threads(), "methods": methods, "lengths": lengths,
+        "n_docs": args.n_docs, "long_docs": args.long_docs, "long_source": args.long_source,
+        "repeats": args.repeats, "batch_size": args.batch_size,
+        "max_tokens_per_batch": args.max_tokens_per_batch, "device_map": args.device_map,
+        "n_layers": ref.n_layers, "exit_layer": ref.exit_layer, "tp_start": ref.tp_start,
+        "tp_exit": ref.tp_exit, "max_position_embeddings": max_pos,
+        "memory": "subprocess per method" if not args.no_memory else "not measured",
+        "command": "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    }
+    out: dict[str, Any] = {"config": config, "versions": versions(), "settings": [],
+                           "created": time.time()}
+    total = len(settings) * len(methods) * args.repeats
+    with tqdm(total=total, desc="bench", unit="run", disable=args.quiet) as bar:
+        for s in settings:
+            bench.set_length(s.length)
+            bench.warm_up(s.texts, s.length)
+            runs: dict[str, list[Run]] = {m: [] for m in methods}
+            for rep in range(args.repeats):
+                k = rep % len(methods)
+                for m in methods[k:] + methods[:k]:  # rotate the order every repeat
+                    bar.set_postfix_str(f"{s.length} {m}")
+                    runs[m].append(bench.run(m, s.texts))
+                    bar.update(1)
+            counts = bench.raw_counts(s.texts)
+            figs = {m: figures(m, runs[m], counts) for m in methods}
+            if args.profile:
+                for m in methods:
+                    figs[m].profile = bench.profile(m, s.texts)
+            if not args.no_memory:
+                for m in methods:
+                    bar.set_postfix_str(f"{s.length} {m} memory")
+                    res = measure_memory({
+                        "model": args.model, "method": m, "texts": s.texts,
+                        "max_length": s.length, "device": bench.device, "dtype": args.dtype,
+                        "threads": torch.get_num_threads(), "batch_size": args.batch_size,
+                        "max_tokens_per_batch": args.max_tokens_per_batch,
+                        "device_map": args.device_map,
+                    })
+                    figs[m].peak_memory_bytes = res["peak_memory_bytes"]
+                    figs[m].memory_probe = res["probe"]
+            longest = max((max(n for _, n in r.stats["batches"]) for rs in runs.values()
+                           for r in rs if r.stats), default=0)
+            setting = {
+                "length": s.length, "source": s.source, "n_texts": len(s.texts),
+                "text_tokens": counts["text_tokens"], "longest_input_tokens": longest,
+                "beyond_trained_context": bool(max_pos and longest > max_pos),
+                "methods": {m: asdict(f) for m, f in figs.items()},
+                "ratios": ratios(figs),
+            }
+            setting["targets"] = check_targets(setting)
+            out["settings"].append(setting)
+            if not args.quiet:
+                tqdm.write(format_setting(setting) + "\n")
+    return out
+
+
+def _stem(args: argparse.Namespace, device: str) -> str:
+    model = args.model.replace("/", "__")
+    return (f"{model}__{device.split(':')[0]}-{args.dtype}-t{args.threads or 'all'}"
+            f"__len{'-'.join(str(x) for x in _ints(args.lengths))}")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``htp-retrieval bench``: print tables, write the JSON and the plot."""
+    if args.worker:
+        print(json.dumps(worker(json.loads(sys.stdin.read()))))
+        return 0
+    result = run_bench(args)
+    out_dir = Path(args.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = _stem(args, result["config"]["device"])
+    path = out_dir / f"{stem}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
+    png = plot([result], out_dir / f"{stem}.png")
+    for s in result["settings"]:
+        print(format_setting(s) + "\n")
+    print(f"wrote {path} and {png}", file=sys.stderr)
+    return 0
+
+
+def cmd_bench_plot(args: argparse.Namespace) -> int:
+    """Run ``htp-retrieval bench-plot``: one plot from several bench JSONs (by length)."""
+    results = [json.loads(Path(p).read_text()) for p in args.results]
+    models = {r["config"]["model"] for r in results}
+    if len(models) > 1:
+        raise SystemExit(f"bench-plot: results from several models {sorted(models)}")
+    print(plot(results, args.output))
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Register ``bench`` and ``bench-plot`` on the ``htp-retrieval`` subparsers ``sub``."""
+    p = sub.add_parser(
+        "bench", help="time and memory of each method against the raw forward pass",
+        description="Times the raw forward pass and each method on the same texts in one "
+                    "process (warm-up, interleaved repeats, median); peak memory per method "
+                    "in a fresh subprocess; writes a JSON and a plot.")
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="packaged name, .gguf path, local dir or hub id")
+    p.add_argument("--data", default=DEFAULT_DATA, help="BEIR folder with corpus.jsonl")
+    p.add_argument("--n-docs", type=int, default=256,
+                   help="SciFact documents for the 512-token setting")
+    p.add_argument("--lengths", default="512,2048,8192,32768",
+                   help="text tokens per document, comma-separated")
+    p.add_argument("--long-docs", type=int, default=0,
+                   help="documents per long setting (0: n_docs * 512 / length, at least 1)")
+    p.add_argument("--long-source", default="scifact", choices=["scifact", "essays"],
+                   help="text of long documents: concatenated SciFact documents or essays")
+    p.add_argument("--essays", default=DEFAULT_ESSAYS, help="folder of the essays (.txt)")
+    p.add_argument("--methods", default=DEFAULT_METHODS,
+                   help="comma-separated; raw (forward to the exit layer), raw-full (full "
+                        "depth) and any method name")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats (median kept)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--device-map", default=None,
+                   help="from_pretrained device_map, e.g. auto (several GPUs)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-tokens-per-batch", type=int, default=16384,
+                   help="token budget per batch (rows x longest row)")
+    p.add_argument("--output", default="results/bench", help="folder for the JSON and plot")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each method once under torch.profiler")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("bench-plot", help="plot several bench JSONs of one model together")
+    p.add_argument("results", nargs="+", help="bench JSON files")
+    p.add_argument("--output", required=True, help="PNG to write")
+    p.set_defaults(func=cmd_bench_plot)
+
+
+def _worker_main() -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    print(json.dumps(worker(json.loads(sys.stdin.read()))))
+    return 0
+
+
+__all__ = ["Bench", "MethodFigures", "Setting", "TARGETS", "add_subcommands", "build_settings",
+           "check_targets", "long_documents", "measure_memory", "plot", "raw_batches",
+           "raw_forward", "run_bench", "scifact_documents", "worker"]
+
+if __name__ == "__main__":  # pragma: no cover - the memory worker
+    if sys.argv[1:] == ["--worker"]:
+        raise SystemExit(_worker_main())
+    from htp_retrieval.cli import main
+
+    raise SystemExit(main(["bench", *sys.argv[1:]]))

@@ -1,0 +1,135 @@
+"""Sweeps through ``htp-retrieval eval``: max length x K, needle context lengths, auto N."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from htp_retrieval.cli import main
+from htp_retrieval.encoder import HTPEncoder
+from htp_retrieval.eval.harness import (
+    EvalSettings,
+    RunPoint,
+    parse_list,
+    result_name,
+    sweep_points,
+)
+from htp_retrieval.layout import auto_tokens_per_block
+from htp_retrieval.methods import get_method
+
+SCIFACT = os.path.abspath(os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "beir", "scifact"))
+needs_scifact = pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="../shared/data missing")
+COST_KEYS = ("encode_seconds", "cpu_seconds", "tokens_per_second", "peak_memory_bytes",
+             "padding_fraction", "prepare_seconds", "forward_seconds")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tiny_llama, tmp_path_factory) -> str:  # noqa: ANN001
+    model, tok = tiny_llama
+    d = tmp_path_factory.mktemp("tiny_llama")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def test_parse_and_sweep_points() -> None:
+    assert parse_list("512, 1024") == [512, 1024]
+    assert parse_list("16,auto", allow_auto=True) == [16, "auto"]
+    with pytest.raises(ValueError, match="'x'"):
+        parse_list("1,x")
+    pts = sweep_points(["vanilla-mean", "htp", "htp-fixed-tokens"], max_lengths=[512],
+                       ks=[1, 4], ns=[16, "auto"])
+    got = [(p.method.name, p.k, p.n) for p in pts]
+    assert got == [("vanilla-mean", None, None), ("htp", 1, None), ("htp", 4, None),
+                   ("htp-fixed-tokens", None, 16), ("htp-fixed-tokens", 1, "auto"),
+                   ("htp-fixed-tokens", 4, "auto")]
+
+
+def test_result_names_keep_the_existing_scheme() -> None:
+    s = EvalSettings(max_queries=30, max_docs=200, seed=0)
+    assert result_name(RunPoint(get_method("vanilla-mean"), 512), s) == \
+        "vanilla-mean__len512__q30d200s0.json"
+    assert result_name(RunPoint(get_method("htp"), 512, 4), EvalSettings(segmenter="spacy")) == \
+        "htp__len512__k4__spacy.json"
+    synth = result_name(RunPoint(get_method("htp"), None, None), EvalSettings(seed=2),
+                        context_length=4096)
+    assert synth == "htp__ctx4096__seed2.json"
+
+
+def test_auto_tokens_per_block_matches_sentence_count(tiny_llama) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    text = ("The cell divides quickly. Proteins fold in many ways under stress. Results were "
+            "significant in mice and in rats. We repeat it.")
+    sent = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32").build_layouts([text])[0]
+    fixed = HTPEncoder(model, "htp-fixed-tokens", tokenizer=tok, dtype="float32",
+                       tokens_per_block="auto")
+    lay = fixed.build_layouts([text])[0]
+    n_sent, n_tok = len(sent.pst_positions), sent.n_text_tokens
+    n = auto_tokens_per_block(n_tok, n_sent)
+    assert n_sent == 4 and n == n_tok // 4
+    assert lay.block_sizes[:-1] == (n,) * (len(lay.block_sizes) - 1)  # every N tokens
+    assert len(lay.pst_positions) == -(-n_tok // n)  # ceil(T / N) >= sentences
+    assert fixed.config()["tokens_per_block"] == "auto"
+    with pytest.raises(ValueError, match="'auto'"):
+        get_method("htp-fixed-tokens").with_options(tokens_per_block="some")  # type: ignore[arg-type]
+
+
+@needs_scifact
+def test_max_length_and_k_sweep_one_json_each(tiny_dir, tmp_path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "results"
+    argv = ["eval", "--data", SCIFACT, "--methods", "vanilla-mean,htp", "--max-length", "48,96",
+            "--k", "1,2", "--max-queries", "2", "--max-docs", "5", "--model", tiny_dir, "--dtype", "float32",
+            "--output", str(out), "--quiet"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert table.count("### scifact (test)") == 2
+    assert "max length 48" in table and "max length 96" in table
+    assert "| vanilla-mean | - | - |" in table and "| 1.00 | 1.00 |" in table
+    files = sorted(p.name for p in out.rglob("*.json"))
+    assert files == sorted(
+        [f"vanilla-mean__len{n}__q2d5s0.json" for n in (48, 96)]
+        + [f"htp__len{n}__k{k}__q2d5s0.json" for n in (48, 96) for k in (1, 2)])
+    for p in out.rglob("*.json"):
+        saved = json.loads(p.read_text())
+        assert saved["config"]["command"].startswith("htp-retrieval eval --data")
+        assert all(k in saved["cost"] for k in COST_KEYS)
+        assert saved["config"]["max_length"] in (48, 96)
+    assert not list(out.rglob("*.partial"))  # checkpoints removed after each save
+    mtimes = {p: p.stat().st_mtime for p in out.rglob("*.json")}
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime for p in out.rglob("*.json")} == mtimes
+    assert capsys.readouterr().err.count("reusing") == 6
+
+
+def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "results"
+    argv = ["eval", "--data", "passkey", "--context-lengths", "64,128", "--methods",
+            "vanilla-mean,htp-fixed-tokens", "--tokens-per-block", "auto", "--max-queries", "2",
+            "--max-docs", "4", "--model", tiny_dir, "--dtype", "float32", "--output", str(out), "--quiet",
+            "--verbose"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "context length 64 tokens" in printed and "| Acc@1 | NDCG@10 |" in printed
+    assert "<B-PST>" in printed  # --verbose layout of htp-fixed-tokens
+    names = sorted(p.name for p in out.rglob("*.json"))
+    assert names == ["htp-fixed-tokens__ctx128__nauto__q2d4s0.json",
+                     "htp-fixed-tokens__ctx64__nauto__q2d4s0.json",
+                     "vanilla-mean__ctx128__q2d4s0.json", "vanilla-mean__ctx64__q2d4s0.json"]
+    saved = json.loads(next(out.rglob("vanilla-mean__ctx128*.json")).read_text())
+    assert saved["dataset"] == "passkey" and saved["config"]["context_length"] == 128
+    assert saved["config"]["max_length"] >= 128  # covers the context length
+    assert saved["config"]["synthetic"]["tokenizer"] == "smollm2-135m-instruct"
+    assert 0 <= saved["scores"]["Acc@1"] <= 100 and saved["counts"]["n_docs"] == 4
+
+
+def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(SystemExit, match="'nfcorpus': no such file or folder"):
+        main(["eval", "--data", "nfcorpus", "--output", str(tmp_path)])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="expected a BEIR/LongEmbed folder"):
+        main(["eval", "--data", str(tmp_path / "empty"), "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match="'x' in '512,x' is not an integer"):
+        main(["eval", "--data", "passkey", "--max-length", "512,x"])
