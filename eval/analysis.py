@@ -26,7 +26,7 @@ import numpy as np
 
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
-    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "dtype", "padding_side",
+    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "bare_prefix", "dtype", "padding_side",
 }
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
 
@@ -129,7 +129,7 @@ def layer_states(encoder: Any, text: str, *, instruction: str | None = None) -> 
     def hook(i: int):  # noqa: ANN202
         def f(_m: Any, _a: Any, out: Any) -> None:
             h = out[0] if isinstance(out, tuple) else out
-            captured[i] = h[0].detach().float().cpu()
+            captured[i] = h[0].detach().float().cpu().clone()  # later hooks write in place
         return f
 
     handles = [layer.register_forward_hook(hook(i))
@@ -230,18 +230,20 @@ def _plot(series: dict[str, list[float]], path: Path, *, ylabel: str, title: str
 def cmd_norms(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    enc = HTPEncoder(args.model, "htp", output_layer=-1)
+    enc = HTPEncoder(args.model, args.method, output_layer=-1)
     prof = norm_profile(enc, _texts(args))
     out = Path(args.output) / args.model.replace("/", "__")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "norms.json").write_text(json.dumps({"model": args.model, "profile": prof,
-                                                "command": _command()}, indent=2))
-    _plot(prof, out / "norms.png", ylabel="norm / median text-token norm", log=True,
-          title=f"{args.model}: hidden-state norms (htp layout)")
+    stem = f"norms-{args.method}"
+    (out / f"{stem}.json").write_text(json.dumps(
+        {"model": args.model, "method": args.method, "config": enc.config(), "profile": prof,
+         "command": _command()}, indent=2))
+    _plot(prof, out / f"{stem}.png", ylabel="norm / median text-token norm", log=True,
+          title=f"{args.model}: hidden-state norms ({args.method} layout)")
     print("| layer | " + " | ".join(prof) + " |\n|---|" + "---|" * len(prof))
     for i in range(len(next(iter(prof.values())))):
         print(f"| {i + 1} | " + " | ".join(f"{prof[g][i]:.1f}" for g in prof) + " |")
-    print(f"-> {out / 'norms.json'}, {out / 'norms.png'}", file=sys.stderr)
+    print(f"-> {out / stem}.json, .png", file=sys.stderr)
     return 0
 
 
@@ -268,6 +270,36 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 def _command() -> str:
     return "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
+    """Markdown table of ablation results, deltas against the first row.
+
+    Args:
+        rows: ``(variant name, RetrievalResult)`` pairs; the first is the baseline.
+    """
+    lines: list[str] = []
+    base = rows[0][1].scores["NDCG@10"]
+    lines.append(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | method | <PST> summary "
+          "| copy layers | exit layer | extra settings |\n|---|---|---|---|---|---|---|---|---|")
+    for name, res in rows:
+        c = res.config
+        placeholders = c["method"] not in ("vanilla-mean", "vanilla-last", "echo-mean",
+                                           "prompteol-last")
+        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "bare_prefix", "k",
+                                   "placeholder_init") if k in c and (k != "k" or c[k] != 1)
+                 and (k != "placeholder_init" or c[k] != "mean")}
+        if c.get("document_instruction"):
+            extra["document_instruction"] = "task instruction"
+        if "query_config" in c:
+            extra["query_method"] = c["query_config"]["method"]
+        window = f"{c['tp_start']}-{c['tp_exit'] - 1}" if c["tp_exit"] > c["tp_start"] else "none"
+        lines.append(f"| {name} | {res.scores['NDCG@10']:.2f} | {res.scores['NDCG@10'] - base:+.2f} "
+              f"| {res.scores['Recall@100']:.2f} | {c['method']} "
+              f"| {c.get('summary', 'last') if placeholders else '–'} "
+              f"| {window if placeholders else '–'} | {c['exit_layer']} of {c['n_layers']} "
+              f"| {', '.join(f'{k}={v}' for k, v in extra.items()) or '–'} |")
+    return "\n".join(lines)
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -315,12 +347,19 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             res.save(path)
         rows.append((name, res))
         print(f"[{name}] NDCG@10 {res.scores['NDCG@10']:.2f}", file=sys.stderr)
-    base = rows[0][1].scores["NDCG@10"]
-    print(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | spec |\n|---|---|---|---|---|")
-    for name, res in rows:
-        spec = res.config.get("variant_spec", name).split(":", 1)[-1]
-        print(f"| {name} | {res.scores['NDCG@10']:.2f} | {res.scores['NDCG@10'] - base:+.2f} "
-              f"| {res.scores['Recall@100']:.2f} | `{spec}` |")
+    print(ablation_table(rows))
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    folder = Path(args.folder)
+    results = [(p.stem, RetrievalResult.load(p)) for p in sorted(folder.glob("*.json"))]
+    if not results:
+        raise SystemExit(f"no results JSON in {folder}")
+    results.sort(key=lambda r: (r[0] != args.baseline, r[1].created))
+    print(ablation_table(results))
     return 0
 
 
@@ -338,12 +377,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q = asub.add_parser("norms", help="per-layer norms of sink, placeholders, sources")
     common(q)
     q.add_argument("--n-texts", type=int, default=16)
+    q.add_argument("--method", default="htp", help="a method with <PST>/<B-PST> placeholders")
     q.set_defaults(func=cmd_norms)
 
     q = asub.add_parser("drift", help="per-layer cosine of text-token states to vanilla")
     common(q)
     q.add_argument("--n-texts", type=int, default=16)
-    q.add_argument("--methods", default="tp-mean,tp-sentence,htp")
+    q.add_argument("--methods", default="tp-mean,tp-sentence,htp-last,htp")
     q.set_defaults(func=cmd_drift)
 
     q = asub.add_parser("ablate", help="score named encoder variants on a BEIR split")
@@ -360,3 +400,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--overwrite", action="store_true")
     q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_ablate)
+
+    q = asub.add_parser("table", help="print the ablation table of a results folder")
+    q.add_argument("folder", help="e.g. results/analysis/<model>/scifact-train-q300d500s0")
+    q.add_argument("--baseline", default="vanilla-mean", help="first row (deltas against it)")
+    q.set_defaults(func=cmd_table)

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "k")
+PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "k",
+               "bare_prefix")
 
 
 @dataclass
@@ -102,11 +103,11 @@ def candidate_axes(n_layers: int) -> dict[str, list[Any]]:
     """
     q = max(1, round(n_layers / 4))
     windows = sorted({(1, max(2, q)), (1, max(2, 2 * q)), (q, 2 * q), (2 * q, 3 * q),
-                      (1, 3 * q), (q, 3 * q)})
+                      (1, 3 * q), (q, 3 * q), (1, max(2, n_layers - 1))})
     return {
         "output_layer": [-2, -1, -3, -(q + 1)],
         "window": windows,
-        "summary": ["last", "mean"],
+        "summary": ["mean", "last"],
         "max_blocks": [None, 16, 8, 4],
     }
 
@@ -149,7 +150,7 @@ def calibrate(
     n_layers = probe.n_layers
     cur: dict[str, Any] = dict(start or {"tp_start": probe.tp_start, "tp_exit": probe.tp_exit,
                                          "output_layer": probe.output_layer,
-                                         "summary": "last", "max_blocks": None})
+                                         "summary": probe.summary, "max_blocks": None})
     vanilla_at: dict[int, float] = {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}

@@ -5,17 +5,26 @@ For each length setting (SciFact documents truncated to 512 tokens, and long doc
 same batching:
 
 * ``raw``: the transformer body alone (``base_model(model)``, i.e. ``model.model``) on
-  the vanilla-mean token batches, with its layer list cut to the methods' exit layer L'
-  (no hooks, no pooling, ids already on the device): the physical limit;
+  the vanilla-mean token batches (right padding), with its layer list cut to the methods'
+  exit layer L' (no hooks, no pooling, ids already on the device, no padding mask: in a
+  causal model real tokens never attend to the right padding after them, so this is the
+  cheapest exact forward): the physical limit;
 * ``raw-full``: the same at full depth (optional);
+* ``raw-masked``: as ``raw`` with Hugging Face's padding mask (optional; what a plain
+  ``model.model(input_ids, attention_mask)`` call costs);
+* ``raw@<method>``: as ``raw`` on that method's own batches (placeholders and templates
+  included; optional): the floor that its token count sets, so ``<method> / raw@<method>``
+  is the implementation's own overhead;
 * every requested method through :meth:`HTPEncoder.encode` (tokenization, segmentation,
   layout, forward, copies and pooling included).
 
 Methods are warmed up, then interleaved (the order rotates every repeat) and the median of
 the repeats is kept. Peak memory is measured per method in a fresh subprocess
-(``--worker``), so allocator state never leaks from one method to the next: on CPU it is
-the peak resident set size (``VmHWM``, reset after loading) minus the resident size after
-loading; on CUDA ``torch.cuda.max_memory_allocated`` minus the allocation after loading.
+(``--worker``), so allocator state never leaks from one method to the next. After loading
+and a 200-character warm-up, on CPU it is the peak of the anonymous resident memory
+(sampled every millisecond; memory-mapped weights left out) minus its level before the
+run, with the kernel's ``VmHWM`` peak of the whole resident set kept beside it; on CUDA,
+``torch.cuda.max_memory_allocated`` minus the allocation before the run.
 Where time goes comes from :class:`~htp_retrieval.encoder.EncodeStats` (tokenization,
 segmentation, layout, forward, copy hooks, pooling) and, with ``--profile``, from
 ``torch.profiler`` (top operators and the ``htp.*`` regions).
@@ -49,7 +58,21 @@ LongSource = Literal["scifact", "essays"]
 """Text of the long documents: concatenated SciFact documents or Paul Graham essays."""
 RAW = "raw"
 RAW_FULL = "raw-full"
-RAW_METHODS = (RAW, RAW_FULL)
+RAW_MASKED = "raw-masked"
+RAW_METHODS = (RAW, RAW_FULL, RAW_MASKED)
+RAW_ON = "raw@"
+"""``raw@<method>``: the raw forward on that method's own batches (its token floor)."""
+
+
+def is_raw(name: str) -> bool:
+    """Whether ``name`` is a forward-only entry (``raw``, ``raw-full``, ``raw-masked``,
+    ``raw@<method>``)."""
+    return name in RAW_METHODS or name.startswith(RAW_ON)
+
+
+def raw_source(name: str) -> str:
+    """The method whose batches a raw entry runs on (vanilla-mean unless ``raw@<method>``)."""
+    return name[len(RAW_ON):] if name.startswith(RAW_ON) else "vanilla-mean"
 DEFAULT_METHODS = "raw,vanilla-mean,echo-mean,tp-mean,htp"
 DEFAULT_DATA = "../shared/data/beir/scifact"
 DEFAULT_ESSAYS = "../shared/data/haystack/paul_graham_essays"
@@ -190,18 +213,21 @@ def build_settings(
 
 # ----------------------------------------------------------------------------- raw forward
 def _sync(device: str) -> None:
+    """Wait for every GPU (a ``device_map`` model may span several)."""
     if device.startswith("cuda"):
         import torch
 
-        torch.cuda.synchronize()
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
 
 
 def raw_batches(encoder: Any, texts: Sequence[str]) -> list[tuple[Any, Any]]:
     """Padded ``(input_ids, attention_mask)`` batches, each ``[rows, width]``, on the device.
 
-    The batches are those :meth:`HTPEncoder.encode` makes for ``encoder`` (use a
-    vanilla-mean encoder: BOS + text, right padding), so the raw forward sees exactly the
-    same rows, widths and padding.
+    The batches are those :meth:`HTPEncoder.encode` makes for ``encoder`` (a vanilla-mean
+    encoder for ``raw``: BOS + text, right padding), so the raw forward sees exactly the
+    same rows, widths and padding. Placeholder ids (outside the embedding matrix, whose
+    weights are never resized) are clamped to its last row: the cost is the same.
     """
     import torch
 
@@ -209,7 +235,8 @@ def raw_batches(encoder: Any, texts: Sequence[str]) -> list[tuple[Any, Any]]:
     lengths = [len(lay) for lay in layouts]
     batches = encoder._batches(lengths, encoder.batch_size,
                                max(encoder.max_tokens_per_batch, max(lengths)))
-    dev = encoder.model.get_input_embeddings().weight.device
+    emb = encoder.model.get_input_embeddings().weight
+    dev, top = emb.device, emb.shape[0] - 1
     pad = encoder.tokenizer.pad_token_id or 0
     out = []
     for idx in batches:
@@ -218,7 +245,7 @@ def raw_batches(encoder: Any, texts: Sequence[str]) -> list[tuple[Any, Any]]:
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows],
                             dtype=torch.long)
-        out.append((ids.to(dev), mask.to(dev)))
+        out.append((ids.clamp(max=top).to(dev), mask.to(dev)))
     return out
 
 
@@ -238,11 +265,20 @@ def cut_layers(model: Any, n_layers: int) -> Iterator[None]:
         body.layers = layers
 
 
-def raw_forward(model: Any, batches: Sequence[tuple[Any, Any]], *, n_layers: int) -> None:
+def raw_forward(
+    model: Any, batches: Sequence[tuple[Any, Any]], *, n_layers: int, masked: bool = False
+) -> None:
     """Run the body (``model.model``) on prepared batches, ``n_layers`` layers deep.
 
     No hooks, no placeholders, no pooling: the forward pass alone (the final norm runs
     too, as the body always applies it).
+
+    Args:
+        model: Causal LM or its body.
+        batches: ``(input_ids, attention_mask)`` pairs, each ``[rows, width]``, right-padded.
+        n_layers: Decoder layers to run.
+        masked: Pass the padding mask (``False``: the plain causal mask, exact at every
+            real position for right padding).
     """
     import torch
 
@@ -252,7 +288,7 @@ def raw_forward(model: Any, batches: Sequence[tuple[Any, Any]], *, n_layers: int
     with torch.inference_mode(), cut_layers(model, n_layers), \
             torch.profiler.record_function("raw.forward"):
         for ids, mask in batches:
-            body(input_ids=ids, attention_mask=mask, use_cache=False)
+            body(input_ids=ids, attention_mask=mask if masked else None, use_cache=False)
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -290,7 +326,10 @@ class MethodFigures:
         n_batches: Batches per run.
         peak_memory_bytes: Peak memory above the post-load level, in bytes (``None`` when
             not measured).
-        memory_probe: How memory was measured (``VmHWM``, ``rss-sampling``, ``cuda``).
+        memory_probe: How memory was measured (``anon-rss-sampling``, ``VmHWM``,
+            ``rss-sampling``, ``cuda``).
+        rss_hwm_bytes: CPU only: the kernel's peak of the whole resident set (file-backed
+            pages included) above the post-load level, in bytes.
         profile: ``--profile`` summary (regions and top operators), else empty.
     """
 
@@ -307,6 +346,7 @@ class MethodFigures:
     n_batches: int
     peak_memory_bytes: int | None = None
     memory_probe: str = ""
+    rss_hwm_bytes: int | None = None
     profile: dict[str, Any] = field(default_factory=dict)
 
 
@@ -321,6 +361,7 @@ class Bench:
         batch_size: Maximum texts per batch.
         max_tokens_per_batch: Token budget per batch (rows x longest row).
         device_map: ``from_pretrained`` device map (e.g. ``auto``).
+        max_padding: Padding cap per row (:class:`HTPEncoder`'s ``max_padding``).
     """
 
     def __init__(
@@ -333,43 +374,47 @@ class Bench:
         batch_size: int = 32,
         max_tokens_per_batch: int = 16384,
         device_map: str | None = None,
+        max_padding: float = 0.1,
     ) -> None:
         from htp_retrieval.encoder import HTPEncoder
 
         self.methods = list(methods)
         kw: dict[str, Any] = dict(device=device, dtype=dtype, batch_size=batch_size,
                                   max_tokens_per_batch=max_tokens_per_batch,
-                                  device_map=device_map)
-        names = [m for m in self.methods if m not in RAW_METHODS]
+                                  device_map=device_map, max_padding=max_padding)
+        names = [m for m in self.methods if not is_raw(m)]
+        for m in self.methods:  # the raw forwards use these methods' batches
+            if is_raw(m) and raw_source(m) not in names:
+                names.append(raw_source(m))
         if "vanilla-mean" not in names:
-            names.append("vanilla-mean")  # the raw forward uses its batches
+            names.append("vanilla-mean")
         self.encoders = {m: HTPEncoder(model, m, **kw) for m in names}
         self.reference = self.encoders["vanilla-mean"]
         self.model = self.reference.model
         self.device = str(self.reference.model.get_input_embeddings().weight.device)
-        self._raw: tuple[int, list[tuple[Any, Any]]] | None = None
+        self._raw: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
 
     def set_length(self, length: int) -> None:
         """Truncate every text to ``length`` text tokens from now on."""
         for enc in self.encoders.values():
             enc.max_length = length
-        self._raw = None
+        self._raw = {}
 
-    def _raw_inputs(self, texts: Sequence[str]) -> list[tuple[Any, Any]]:
-        key = id(texts)
-        if self._raw is None or self._raw[0] != key:
-            self._raw = (key, raw_batches(self.reference, texts))
-        return self._raw[1]
+    def _raw_inputs(self, name: str, texts: Sequence[str]) -> list[tuple[Any, Any]]:
+        key = (raw_source(name), id(texts))
+        if key not in self._raw:
+            self._raw[key] = raw_batches(self.encoders[key[0]], texts)
+        return self._raw[key]
 
     def run(self, method: str, texts: Sequence[str]) -> Run:
         """Time one method on ``texts`` (raw: prepared batches, forward only)."""
-        if method in RAW_METHODS:
-            batches = self._raw_inputs(texts)
-            depth = (self.reference.exit_layer if method == RAW
-                     else self.reference.n_layers)
+        if is_raw(method):
+            batches = self._raw_inputs(method, texts)
+            depth = (self.reference.n_layers if method == RAW_FULL
+                     else self.reference.exit_layer)
             _sync(self.device)
             c0, t0 = time.process_time(), time.perf_counter()
-            raw_forward(self.model, batches, n_layers=depth)
+            raw_forward(self.model, batches, n_layers=depth, masked=method == RAW_MASKED)
             _sync(self.device)
             return Run(time.perf_counter() - t0, time.process_time() - c0)
         enc = self.encoders[method]
@@ -381,10 +426,10 @@ class Bench:
         st = asdict(enc.last_stats)
         return Run(seconds, time.process_time() - c0, st)
 
-    def raw_counts(self, texts: Sequence[str]) -> dict[str, int]:
-        """Token counts of the raw forward's batches (those of vanilla-mean)."""
-        layouts = self.reference.build_layouts(list(texts))
-        batches = self._raw_inputs(texts)
+    def raw_counts(self, name: str, texts: Sequence[str]) -> dict[str, int]:
+        """Token counts of a raw entry's batches (those of its source method)."""
+        layouts = self.encoders[raw_source(name)].build_layouts(list(texts))
+        batches = self._raw_inputs(name, texts)
         return {
             "text_tokens": sum(lay.n_text_tokens for lay in layouts),
             "input_tokens": sum(len(lay) for lay in layouts),
@@ -442,7 +487,7 @@ def figures(method: str, runs: Sequence[Run], counts: dict[str, int] | None = No
     """Median figures of the repeats of one method."""
     secs = [r.seconds for r in runs]
     med = _median(secs)
-    if method in RAW_METHODS:
+    if is_raw(method):
         assert counts is not None
         text, inp, padded, nb = (counts["text_tokens"], counts["input_tokens"],
                                  counts["padded_tokens"], counts["n_batches"])
@@ -488,15 +533,70 @@ def _reset_peak_rss() -> bool:
     return _vm_kib("VmHWM") is not None
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def anon_rss_bytes() -> int:
+    """Anonymous resident memory of this process (``resident - shared`` of
+    ``/proc/self/statm``), in bytes; 0 where unavailable.
+
+    File-backed pages (memory-mapped weights, libraries) are left out: the kernel may drop
+    and re-read them at any time, which would add noise that has nothing to do with the
+    method.
+    """
+    try:
+        with open("/proc/self/statm") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE
+    except (OSError, IndexError, ValueError):  # pragma: no cover - non-Linux
+        return 0
+
+
+class AnonPeak:
+    """Peak of :func:`anon_rss_bytes` above its level at entry, sampled by a thread.
+
+    Args:
+        interval: Sampling period in seconds.
+    """
+
+    def __init__(self, interval: float = 0.001) -> None:
+        import threading
+
+        self.interval = interval
+        self.base = 0
+        self.peak_bytes = 0
+        self._max = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self._max = max(self._max, anon_rss_bytes())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> AnonPeak:
+        self.base = self._max = anon_rss_bytes()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._max = max(self._max, anon_rss_bytes())
+        self.peak_bytes = max(0, self._max - self.base)
+
+
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one method's peak memory in this (fresh) process.
 
-    The model is loaded, the tokenizer and segmenter are initialised on a short text, the
-    heap is trimmed, then the peak is reset and the texts are embedded once.
+    The model is loaded, the method runs once on a 200-character text (so one-time lazy
+    state such as the segmenter and the placeholder embedding is not counted), the heap is
+    trimmed, then the peak is reset and the texts are embedded once.
 
     Args:
         spec: ``model``, ``method``, ``texts``, ``max_length``, ``device``, ``dtype``,
-            ``threads``, ``batch_size``, ``max_tokens_per_batch``, ``device_map``.
+            ``threads``, ``batch_size``, ``max_tokens_per_batch``, ``device_map`` and
+            optional ``encoder_kwargs`` (more :class:`HTPEncoder` arguments).
 
     Returns:
         ``{"peak_memory_bytes", "base_bytes", "seconds", "probe"}``.
@@ -509,20 +609,28 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     method = spec["method"]
-    enc = HTPEncoder(spec["model"], "vanilla-mean" if method in RAW_METHODS else method,
+    enc = HTPEncoder(spec["model"], raw_source(method) if is_raw(method) else method,
                      device=spec["device"], dtype=spec["dtype"],
                      batch_size=spec["batch_size"],
                      max_tokens_per_batch=spec["max_tokens_per_batch"],
-                     device_map=spec.get("device_map"), max_length=spec["max_length"])
+                     device_map=spec.get("device_map"), max_length=spec["max_length"],
+                     max_padding=spec.get("max_padding", 0.1),
+                     **spec.get("encoder_kwargs", {}))
     texts = spec["texts"]
-    enc.build_layouts([texts[0][:200] or "x"])  # tokenizer and segmenter loaded
-    batches = raw_batches(enc, texts) if method in RAW_METHODS else None
-    depth = enc.exit_layer if method == RAW else enc.n_layers
+    batches = raw_batches(enc, texts) if is_raw(method) else None
+    depth = enc.n_layers if method == RAW_FULL else enc.exit_layer
+    # One-time lazy state (segmenter, placeholder embedding, kernel caches) is created by
+    # a 200-character warm-up before the baseline, so the peak is the method's working set.
+    warm = [texts[0][:200]]
+    if batches is not None:
+        raw_forward(enc.model, raw_batches(enc, warm), n_layers=depth)
+    else:
+        enc.encode(warm)
     device = str(enc.model.get_input_embeddings().weight.device)
 
     def go() -> None:
         if batches is not None:
-            raw_forward(enc.model, batches, n_layers=depth)
+            raw_forward(enc.model, batches, n_layers=depth, masked=method == RAW_MASKED)
         else:
             enc.encode(texts)
 
@@ -535,16 +643,24 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
                 "seconds": time.perf_counter() - t0, "probe": "cuda"}
     _trim_heap()
     base = rss_bytes()
-    if _reset_peak_rss():
-        t0 = time.perf_counter()
+    hwm = _reset_peak_rss()
+    t0 = time.perf_counter()
+    with AnonPeak() as anon:
         go()
-        peak = (_vm_kib("VmHWM") or 0) * 1024
-        return {"peak_memory_bytes": max(0, peak - base), "base_bytes": base,
-                "seconds": time.perf_counter() - t0, "probe": "VmHWM"}
-    with PeakMemory("cpu") as mem:  # pragma: no cover - fallback without clear_refs
-        go()
-    return {"peak_memory_bytes": int(mem.peak_bytes), "base_bytes": base,
-            "seconds": mem.seconds, "probe": "rss-sampling"}
+    seconds = time.perf_counter() - t0
+    out = {"base_bytes": base, "seconds": seconds}
+    if anon.base > 0:
+        out.update(peak_memory_bytes=anon.peak_bytes, probe="anon-rss-sampling",
+                   anon_base_bytes=anon.base)
+    if hwm:  # the whole resident set, file-backed pages included (noisier)
+        out["rss_hwm_bytes"] = max(0, (_vm_kib("VmHWM") or 0) * 1024 - base)
+        out.setdefault("peak_memory_bytes", out["rss_hwm_bytes"])
+        out.setdefault("probe", "VmHWM")
+    if "peak_memory_bytes" not in out:  # pragma: no cover - neither probe available
+        with PeakMemory("cpu") as mem:
+            go()
+        out.update(peak_memory_bytes=int(mem.peak_bytes), probe="rss-sampling")
+    return out
 
 
 def measure_memory(spec: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
@@ -553,7 +669,10 @@ def measure_memory(spec: dict[str, Any], *, timeout: float | None = None) -> dic
     Raises:
         RuntimeError: if the worker fails (its stderr tail is in the message).
     """
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    # A fixed mmap threshold (which also turns off glibc's dynamic threshold) makes every
+    # large tensor its own mapping, returned to the system when freed: RSS then follows
+    # the live tensors instead of the allocator's history, and repeated runs agree.
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "MALLOC_MMAP_THRESHOLD_": "65536"}
     proc = subprocess.run(
         [sys.executable, "-m", "htp_retrieval.bench", "--worker"],
         input=json.dumps(spec), capture_output=True, text=True, env=env, timeout=timeout,
@@ -576,13 +695,18 @@ TARGETS = {
 
 
 def ratios(methods: dict[str, MethodFigures]) -> dict[str, dict[str, float | None]]:
-    """Per method: time and memory over vanilla-mean, time over raw, throughput over raw."""
+    """Per method: time and memory over vanilla-mean, time and throughput over raw, and
+    time over ``raw@<method>`` (its own token floor) where that entry was run."""
     van = methods.get("vanilla-mean")
     raw = methods.get(RAW)
     out: dict[str, dict[str, float | None]] = {}
     for name, f in methods.items():
         r: dict[str, float | None] = {"time_vs_vanilla": None, "memory_vs_vanilla": None,
-                                      "time_vs_raw": None, "throughput_vs_raw": None}
+                                      "time_vs_raw": None, "throughput_vs_raw": None,
+                                      "time_vs_own_raw": None}
+        own = methods.get(RAW_ON + name)
+        if own is not None and own.median_seconds > 0:
+            r["time_vs_own_raw"] = f.median_seconds / own.median_seconds
         if van is not None and van.median_seconds > 0:
             r["time_vs_vanilla"] = f.median_seconds / van.median_seconds
             if f.peak_memory_bytes is not None and van.peak_memory_bytes:
@@ -620,7 +744,7 @@ def check_targets(setting: dict[str, Any]) -> list[dict[str, Any]]:
         add("vanilla_throughput_vs_raw", r["vanilla-mean"]["throughput_vs_raw"], upper=False)
     if "echo-mean" in r:
         add("echo_time_vs_vanilla", r["echo-mean"]["time_vs_vanilla"])
-    worst = max((f["padding_fraction"] for k, f in m.items() if k not in RAW_METHODS),
+    worst = max((f["padding_fraction"] for k, f in m.items() if not is_raw(k)),
                 default=None)
     add("padding_fraction", worst)
     return rows
@@ -634,13 +758,15 @@ def format_setting(setting: dict[str, Any]) -> str:
     """Markdown table of one setting (figures, ratios, breakdown) and its target checks."""
     lines = [
         f"### {setting['length']} tokens ({setting['n_texts']} texts from "
-        f"{setting['source']}, {setting['text_tokens']} text tokens"
+        f"{setting['source']}, {setting['text_tokens']} text tokens, load average "
+        f"{setting['loadavg_start']:.1f} -> {setting['loadavg_end']:.1f}"
         + (", beyond the model's trained context" if setting["beyond_trained_context"]
            else "") + ")",
         "",
-        "| method | s (median) | text tok/s | peak MiB | x vanilla time | x vanilla mem "
-        "| x raw time | padding | prepare s | forward s | copies s | pool s |",
-        "|" + "---|" * 12,
+        "| method | s (median) | text tok/s | input tokens | peak MiB | x vanilla time "
+        "| x vanilla mem | x raw time | x own raw | padding | prepare s | forward s "
+        "| copies s | pool s |",
+        "|" + "---|" * 14,
     ]
     for name, f in setting["methods"].items():
         r = setting["ratios"][name]
@@ -648,9 +774,10 @@ def format_setting(setting: dict[str, Any]) -> str:
         mem = f["peak_memory_bytes"]
         lines.append(
             f"| {name} | {f['median_seconds']:.2f} | {f['tokens_per_second']:.0f} "
-            f"| {_fmt(None if mem is None else mem / 2**20, '.0f')} "
+            f"| {f['input_tokens']} | {_fmt(None if mem is None else mem / 2**20, '.0f')} "
             f"| {_fmt(r['time_vs_vanilla'])} | {_fmt(r['memory_vs_vanilla'])} "
-            f"| {_fmt(r['time_vs_raw'])} | {100 * f['padding_fraction']:.1f}% "
+            f"| {_fmt(r['time_vs_raw'])} | {_fmt(r.get('time_vs_own_raw'))} "
+            f"| {100 * f['padding_fraction']:.1f}% "
             f"| {_fmt(b.get('prepare'), '.3f')} | {_fmt(b.get('forward'), '.2f')} "
             f"| {_fmt(b.get('copies'), '.3f')} | {_fmt(b.get('pool'), '.3f')} |")
     if setting["targets"]:
@@ -734,6 +861,14 @@ def versions() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- command
+def _loadavg() -> float:
+    """1-minute load average (0.0 where unavailable): a contended run shows here."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # pragma: no cover
+        return 0.0
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -749,13 +884,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
-        if m not in RAW_METHODS:
-            get_method(m)  # raises ValueError naming the valid methods
-    methods = [m if m in RAW_METHODS or m in METHODS else get_method(m).name for m in methods]
+        if not is_raw(m) or m.startswith(RAW_ON):
+            get_method(raw_source(m) if is_raw(m) else m)  # ValueError names valid methods
+    methods = [m if m in RAW_METHODS or m in METHODS
+               else RAW_ON + get_method(raw_source(m)).name if is_raw(m)
+               else get_method(m).name for m in methods]
     lengths = _ints(args.lengths)
     bench = Bench(args.model, methods, device=args.device, dtype=args.dtype,
                   batch_size=args.batch_size, max_tokens_per_batch=args.max_tokens_per_batch,
-                  device_map=args.device_map)
+                  device_map=args.device_map, max_padding=args.max_padding)
     ref = bench.reference
     max_pos = getattr(bench.model.config, "max_position_embeddings", None)
     settings = build_settings(lengths=lengths, tokenizer=ref.tokenizer, data=args.data,
@@ -766,7 +903,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "methods": methods, "lengths": lengths,
         "n_docs": args.n_docs, "long_docs": args.long_docs, "long_source": args.long_source,
         "repeats": args.repeats, "batch_size": args.batch_size,
-        "max_tokens_per_batch": args.max_tokens_per_batch, "device_map": args.device_map,
+        "max_tokens_per_batch": args.max_tokens_per_batch, "max_padding": args.max_padding,
+        "device_map": args.device_map,
         "n_layers": ref.n_layers, "exit_layer": ref.exit_layer, "tp_start": ref.tp_start,
         "tp_exit": ref.tp_exit, "max_position_embeddings": max_pos,
         "memory": "subprocess per method" if not args.no_memory else "not measured",
@@ -777,6 +915,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     total = len(settings) * len(methods) * args.repeats
     with tqdm(total=total, desc="bench", unit="run", disable=args.quiet) as bar:
         for s in settings:
+            load0 = _loadavg()
             bench.set_length(s.length)
             bench.warm_up(s.texts, s.length)
             runs: dict[str, list[Run]] = {m: [] for m in methods}
@@ -786,8 +925,9 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                     bar.set_postfix_str(f"{s.length} {m}")
                     runs[m].append(bench.run(m, s.texts))
                     bar.update(1)
-            counts = bench.raw_counts(s.texts)
-            figs = {m: figures(m, runs[m], counts) for m in methods}
+            figs = {m: figures(m, runs[m], bench.raw_counts(m, s.texts) if is_raw(m) else None)
+                    for m in methods}
+            text_tokens = bench.raw_counts(RAW, s.texts)["text_tokens"]
             if args.profile:
                 for m in methods:
                     figs[m].profile = bench.profile(m, s.texts)
@@ -799,16 +939,18 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                         "max_length": s.length, "device": bench.device, "dtype": args.dtype,
                         "threads": torch.get_num_threads(), "batch_size": args.batch_size,
                         "max_tokens_per_batch": args.max_tokens_per_batch,
-                        "device_map": args.device_map,
+                        "device_map": args.device_map, "max_padding": args.max_padding,
                     })
                     figs[m].peak_memory_bytes = res["peak_memory_bytes"]
                     figs[m].memory_probe = res["probe"]
+                    figs[m].rss_hwm_bytes = res.get("rss_hwm_bytes")
             longest = max((max(n for _, n in r.stats["batches"]) for rs in runs.values()
                            for r in rs if r.stats), default=0)
             setting = {
                 "length": s.length, "source": s.source, "n_texts": len(s.texts),
-                "text_tokens": counts["text_tokens"], "longest_input_tokens": longest,
+                "text_tokens": text_tokens, "longest_input_tokens": longest,
                 "beyond_trained_context": bool(max_pos and longest > max_pos),
+                "loadavg_start": load0, "loadavg_end": _loadavg(),
                 "methods": {m: asdict(f) for m, f in figs.items()},
                 "ratios": ratios(figs),
             }
@@ -876,7 +1018,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--essays", default=DEFAULT_ESSAYS, help="folder of the essays (.txt)")
     p.add_argument("--methods", default=DEFAULT_METHODS,
                    help="comma-separated; raw (forward to the exit layer), raw-full (full "
-                        "depth) and any method name")
+                        "depth), raw-masked (with the padding mask) and any method name")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median kept)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -886,6 +1028,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-tokens-per-batch", type=int, default=16384,
                    help="token budget per batch (rows x longest row)")
+    p.add_argument("--max-padding", type=float, default=0.1,
+                   help="padding cap per row as a share of the batch width (1.0: no cap)")
     p.add_argument("--output", default="results/bench", help="folder for the JSON and plot")
     p.add_argument("--profile", action="store_true",
                    help="also run each method once under torch.profiler")

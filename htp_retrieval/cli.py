@@ -1,4 +1,4 @@
-"""Command line: ``htp-retrieval eval | layout | ingest | query``."""
+"""Command line: ``htp-retrieval eval | report | bench | analyze | calibrate | ingest | query | ...``."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``htp-retrieval`` command."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = argparse.ArgumentParser(prog="htp-retrieval", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("eval", help="retrieval/STS eval with sweeps (scores, cost)")
     p.add_argument("--data", required=True,

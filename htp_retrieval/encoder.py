@@ -137,16 +137,24 @@ class HTPEncoder:
             at position 0 and copies overwrite the attention sink, which costs quality.
         summary: What ``<PST>_m`` receives (:data:`Summary`): ``last``, the state of the
             block's last token (the paper, Sec. 4.2), or ``mean``, the mean of the block's
-            token states (a diagnosis variant, docs/ANALYSIS.md).
+            token states. Default: the preset's, else the method's (``htp``: ``mean``,
+            chosen by the diagnosis in docs/ANALYSIS.md; ``htp-last``: ``last``).
         max_blocks: Adaptive K: a per-document block budget; K grows to
             ``ceil(sentences / max_blocks)`` for long documents
             (:func:`htp_retrieval.layout.adaptive_k`). ``None`` keeps K fixed (or takes the
             preset's); ``0`` forces no budget over a preset.
+        bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
+            ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
+            directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
         preset: A calibration preset (``htp-retrieval calibrate`` JSON path, or a dict with
             keys among ``tp_start, tp_exit, output_layer, summary, max_blocks, k``); explicit
             arguments win over it, and it wins over the model family's layer preset.
         batch_size: Maximum texts per batch.
         max_tokens_per_batch: Maximum padded tokens per batch (rows x longest row).
+        max_padding: Padding cap per row, as a fraction of its batch's width: batches are
+            cut from the length-sorted texts so that every row is at least
+            ``(1 - max_padding)`` x the longest row, which keeps each batch's padding
+            fraction below ``max_padding`` (default 0.1; ``1.0`` disables the cap).
 
     Raises:
         ValueError: for an unknown method, an invalid layer range or padding side.
@@ -173,9 +181,11 @@ class HTPEncoder:
         summary: Summary | None = None,
         max_blocks: int | None = None,
         preset: str | Path | dict[str, Any] | None = None,
+        bare_prefix: str | None = None,
         batch_size: int = 32,
         max_tokens_per_batch: int = 16384,
         device_map: str | dict[str, Any] | None = None,
+        max_padding: float = 0.1,
     ) -> None:
         pre: dict[str, Any] = {}
         if preset is not None:
@@ -189,8 +199,11 @@ class HTPEncoder:
         tp_start = pre.get("tp_start") if tp_start is None else tp_start
         tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
         output_layer = pre.get("output_layer") if output_layer is None else output_layer
-        summary = pre.get("summary") or "last" if summary is None else summary
+        if summary is None:
+            summary = pre.get("summary") or get_method(method).summary
         max_blocks = pre.get("max_blocks") if max_blocks is None else (max_blocks or None)
+        bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
+        self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
         if isinstance(model, str):
             self.model, self.tokenizer = load_model(model, device=device, dtype=dtype,
@@ -223,6 +236,9 @@ class HTPEncoder:
         self.placeholder_init = placeholder_init
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
+        if not 0.0 <= max_padding <= 1.0:
+            raise ValueError(f"max_padding must be in [0, 1], got {max_padding}")
+        self.max_padding = max_padding
         self._segmenter_arg = segmenter
         self._segmenter: Segmenter | None = None
         self._lock = threading.Lock()
@@ -271,9 +287,13 @@ class HTPEncoder:
         return TemplateIds()
 
     def prefix_ids(self, instruction: str | None) -> tuple[int, ...]:
-        """Sink token (BOS) plus the formatted instruction, ``[prefix_len]`` ids."""
-        instr = INSTRUCTION_FORMAT.format(instruction=instruction) if instruction else ""
-        return self.sink_ids + self._ids(instr)
+        """Sink token (BOS) plus the formatted instruction, ``[prefix_len]`` ids.
+
+        Without an instruction the prefix is the sink plus ``bare_prefix`` (default empty).
+        """
+        if instruction:
+            return self.sink_ids + self._ids(INSTRUCTION_FORMAT.format(instruction=instruction))
+        return self.sink_ids + self._ids(self.bare_prefix)
 
     def build_layouts(
         self,
@@ -385,7 +405,12 @@ class HTPEncoder:
             init = self.placeholder_init
             with torch.no_grad():
                 if init == "mean":
-                    vec = w.float().mean(0) * float(getattr(emb, "embed_scale", 1.0))
+                    # summed in row chunks: a float32 copy of the whole matrix would cost
+                    # rows x hidden x 4 bytes at once (545 MB for Qwen2.5's 152k vocabulary)
+                    total = torch.zeros(w.shape[1], dtype=torch.float32, device=w.device)
+                    for i in range(0, w.shape[0], 8192):
+                        total += w[i : i + 8192].float().sum(0)
+                    vec = total / w.shape[0] * float(getattr(emb, "embed_scale", 1.0))
                 elif init == "zeros":
                     vec = torch.zeros(w.shape[1], device=w.device)
                 elif init == "bos" or init.startswith("token:"):
@@ -399,12 +424,20 @@ class HTPEncoder:
         return self._init_vec
 
     def _batches(self, lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+        """Token-budget batches of indices, longest first.
+
+        A batch ends when it has ``batch_size`` rows, when one more row would exceed
+        ``max_tokens`` padded tokens (rows x longest row), or when the next row is shorter
+        than ``(1 - max_padding)`` x the batch's longest row.
+        """
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         batches: list[list[int]] = []
         cur: list[int] = []
+        min_share = 1.0 - self.max_padding
         for i in order:
             longest = lengths[cur[0]] if cur else lengths[i]
-            if cur and (len(cur) >= batch_size or (len(cur) + 1) * longest > max_tokens):
+            if cur and (len(cur) >= batch_size or (len(cur) + 1) * longest > max_tokens
+                        or lengths[i] < min_share * longest):
                 batches.append(cur)
                 cur = []
             cur.append(i)
@@ -434,7 +467,18 @@ class HTPEncoder:
             mask[r, off : off + len(lay)] = 1
             pool[r, [p + off for p in lay.pool_positions]] = 1.0
         ids, mask, pool = ids.to(dev), mask.to(dev), pool.to(dev)
-        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        attention_mask: torch.Tensor | None
+        if self.padding_side == "right":
+            # Causal attention: a real token never attends to the right padding after it, so
+            # the plain causal mask gives the same states at every real position. Passing no
+            # padding mask (and positions 0..width-1, which equal the real tokens' positions)
+            # lets SDPA take its is_causal kernel: no [batch, 1, seq, seq] mask, no repeated
+            # K/V heads. Padding states are never read (pooling and copies use real tokens).
+            attention_mask = None
+            position_ids = torch.arange(width, device=dev).unsqueeze(0)
+        else:
+            attention_mask = mask
+            position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
         emb = self.model.get_input_embeddings()
         vocab_rows = emb.weight.shape[0]
         is_ph = (ids == self.pst_id) | (ids == self.bpst_id)
@@ -453,7 +497,7 @@ class HTPEncoder:
         hidden = run_decoder(
             self.model,
             inputs_embeds=embeds,
-            attention_mask=mask,
+            attention_mask=attention_mask,
             position_ids=position_ids,
             exit_layer=self.exit_layer,
             plan=plan,
@@ -574,6 +618,7 @@ class HTPEncoder:
             **({} if self.keep_sink else {"keep_sink": False}),
             **({} if self.summary == "last" else {"summary": self.summary}),
             **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
+            **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
         }
 
 

@@ -47,6 +47,9 @@ class MethodSpec:
         sentences_per_block: K, sentences per block (paper Sec. 4.1; default 1).
         tokens_per_block: N, tokens per block when ``blocks == "tokens"``
             (:data:`TokensPerBlock`; ``"auto"`` picks N per document).
+        summary: What each ``<PST>`` receives before a copy layer: ``last``, the state of
+            its block's last token (the paper, Sec. 4.2), or ``mean``, the mean of its
+            block's token states (this library's HTP default; docs/ANALYSIS.md).
         description: One line for the README's method table.
     """
 
@@ -57,6 +60,7 @@ class MethodSpec:
     blocks: BlockRule = "sentence"
     sentences_per_block: int = 1
     tokens_per_block: TokensPerBlock = 32
+    summary: Literal["last", "mean"] = "last"
     description: str = ""
 
     @property
@@ -106,10 +110,14 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("tp-sentence", "plain", "local", "mean",
                    description="A <PST> before each block of K sentences (local prepending "
                    "only), mean pooling."),
-        MethodSpec("htp", "plain", "hierarchical", "mean",
-                   description="HTP: local <PST> and global <B-PST> per block of K "
-                   "sentences, early exit, mean pooling."),
+        MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean",
+                   description="HTP: <PST> and <B-PST> per block of K sentences fed the "
+                   "block's mean state (local + global), early exit, mean pooling."),
+        MethodSpec("htp-last", "plain", "hierarchical", "mean", summary="last",
+                   description="HTP exactly as the paper: <PST>/<B-PST> fed the block's "
+                   "last-token state."),
         MethodSpec("htp-fixed-tokens", "plain", "hierarchical", "mean", blocks="tokens",
+                   summary="mean",
                    description="HTP with blocks of N tokens instead of sentences "
                    "(the paper's Fig. 7 ablation)."),
     ]
@@ -127,7 +135,7 @@ ALIASES: dict[str, str] = {
     "vanilla": "vanilla-mean",
     "tp": "tp-mean",
     "tp_sentence": "tp-sentence",
-    "tp_sentence_begin": "htp",
+    "tp_sentence_begin": "htp-last",  # the official plan feeds last-token states
     "fixed-token": "htp-fixed-tokens",
 }
 

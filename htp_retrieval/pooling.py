@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+_CHUNK_ELEMENTS = 1 << 22
+"""Float32 elements converted at a time by :func:`mean_pool` (16 MiB)."""
+
 
 def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
     """Mean pooling over the positions selected by ``pool_mask``.
@@ -23,7 +26,13 @@ def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
     counts = mask.sum(dim=1, keepdim=True)
     if bool((counts == 0).any()):
         raise ValueError("mean pooling: a row has no text token to average")
-    summed = torch.einsum("bsh,bs->bh", hidden.to(torch.float32), mask)
+    # float32 sums, a few rows at a time: a float32 copy of the whole batch would double
+    # the memory of the last hidden states
+    step = max(1, _CHUNK_ELEMENTS // max(1, hidden.shape[1] * hidden.shape[2]))
+    summed = torch.cat([
+        torch.einsum("bsh,bs->bh", hidden[a : a + step].to(torch.float32), mask[a : a + step])
+        for a in range(0, hidden.shape[0], step)
+    ])
     return summed / counts
 
 

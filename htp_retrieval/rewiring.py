@@ -101,31 +101,46 @@ class CopyPlan:
                    local_mean=local_mean)  # type: ignore[arg-type]
 
 
-def apply_copies(hidden: torch.Tensor, plan: CopyPlan) -> torch.Tensor:
-    """Apply ``f_global(f_local(hidden))`` out of place.
+_MEAN_CHUNK_TOKENS = 1024
+"""Tokens gathered at a time for block means (bounds the float32 scratch memory)."""
+
+
+def apply_copies(hidden: torch.Tensor, plan: CopyPlan, *, inplace: bool = False) -> torch.Tensor:
+    """Apply ``f_global(f_local(hidden))``.
+
+    Both stages write into one tensor, so the global stage reads ``<PST>_m`` after its local
+    copy. Block means (``plan.local_mean``) are summed in float32,
+    :data:`_MEAN_CHUNK_TOKENS` tokens at a time, so the scratch memory stays small for any
+    batch. Only placeholder positions are written; text positions are read.
 
     Args:
         hidden: Hidden states entering a layer, ``[batch, seq, hidden]``.
         plan: The batch's copy plan.
+        inplace: Write into ``hidden`` itself (what the layer hooks do: the layer input is
+            then not held twice while the layer runs) instead of a copy.
 
     Returns:
-        A new tensor ``[batch, seq, hidden]``; ``hidden`` is not modified.
+        ``[batch, seq, hidden]``: ``hidden`` itself when ``inplace``, else a new tensor (and
+        ``hidden`` is not modified).
     """
-    out = hidden
     if plan.local[0].device != hidden.device:  # device_map="auto": layers on several GPUs
         plan = plan.to(hidden.device)
+    out = hidden if inplace else hidden.clone()
     rows, dst, src = plan.local
     if rows.numel() and plan.local_mean is not None:
         t_rows, t_pos, seg = plan.local_mean
         sums = torch.zeros((rows.numel(), out.shape[-1]), dtype=torch.float32,
-                           device=out.device).index_add_(0, seg, out[t_rows, t_pos].float())
+                           device=out.device)
+        for a in range(0, t_rows.numel(), _MEAN_CHUNK_TOKENS):
+            b = a + _MEAN_CHUNK_TOKENS
+            sums.index_add_(0, seg[a:b], out[t_rows[a:b], t_pos[a:b]].float())
         counts = torch.bincount(seg, minlength=rows.numel()).clamp(min=1).unsqueeze(1)
-        out = out.index_put((rows, dst), (sums / counts).to(out.dtype))
+        out.index_put_((rows, dst), (sums / counts).to(out.dtype))
     elif rows.numel():
-        out = out.index_put((rows, dst), out[rows, src])
+        out.index_put_((rows, dst), out[rows, src])
     rows, dst, src = plan.global_
     if rows.numel():
-        out = out.index_put((rows, dst), out[rows, src])
+        out.index_put_((rows, dst), out[rows, src])
     return out
 
 
@@ -169,7 +184,7 @@ def run_decoder(
     model: nn.Module,
     *,
     inputs_embeds: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor,
     exit_layer: int,
     plan: CopyPlan | None = None,
@@ -182,8 +197,10 @@ def run_decoder(
     Args:
         model: A causal LM or its base model.
         inputs_embeds: ``[batch, seq, hidden]`` input embeddings.
-        attention_mask: ``[batch, seq]``, 1 for tokens, 0 for padding.
-        position_ids: ``[batch, seq]`` (left padding: positions start at the first token).
+        attention_mask: ``[batch, seq]``, 1 for tokens, 0 for padding; ``None`` for the
+            plain causal mask (exact for right padding, and the fast SDPA path).
+        position_ids: ``[batch, seq]`` or ``[1, seq]`` (left padding: positions start at
+            the first token).
         exit_layer: L', the number of layers to run, 1..L. The result equals
             ``hidden_states[L']`` of a full run with ``output_hidden_states=True``
             (for L' = L that includes the final norm, as Hugging Face returns it).
@@ -210,22 +227,25 @@ def run_decoder(
         raise ValueError(f"tp_start ({tp_start}) > tp_exit ({tp_exit})")
     handles = []
 
-    def copies(hidden: torch.Tensor) -> torch.Tensor:
+    def copies(hidden: torch.Tensor, inplace: bool) -> torch.Tensor:
         with torch.profiler.record_function("htp.copies"):
             if timings is None:
-                return apply_copies(hidden, plan)  # type: ignore[arg-type]
+                return apply_copies(hidden, plan, inplace=inplace)  # type: ignore[arg-type]
             t0 = time.perf_counter()
-            out = apply_copies(hidden, plan)  # type: ignore[arg-type]
+            out = apply_copies(hidden, plan, inplace=inplace)  # type: ignore[arg-type]
             timings["copy_seconds"] = timings.get("copy_seconds", 0.0) + time.perf_counter() - t0
             timings["copy_calls"] = timings.get("copy_calls", 0.0) + 1
             return out
 
-    def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if args:
-            return (copies(args[0]), *args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["hidden_states"] = copies(kwargs["hidden_states"])
-        return args, kwargs
+    def make_pre_hook(inplace: bool):  # noqa: ANN202
+        def pre_hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            if args:
+                return (copies(args[0], inplace), *args[1:]), kwargs
+            kwargs = dict(kwargs)
+            kwargs["hidden_states"] = copies(kwargs["hidden_states"], inplace)
+            return args, kwargs
+
+        return pre_hook
 
     def exit_hook(module: nn.Module, args: tuple, output: object) -> None:
         raise _EarlyExit(_first(output))
@@ -233,7 +253,11 @@ def run_decoder(
     try:
         if plan is not None and not plan.empty:
             for i in range(max(tp_start, 0), min(tp_exit, exit_layer)):
-                handles.append(layers[i].register_forward_pre_hook(pre_hook, with_kwargs=True))
+                # In place from layer 1 on: a layer's input is the previous layer's output,
+                # owned by this forward pass, so it is not held twice while the layer runs.
+                # Layer 0 receives the caller's inputs_embeds, which are left untouched.
+                hook = make_pre_hook(inplace=i > 0)
+                handles.append(layers[i].register_forward_pre_hook(hook, with_kwargs=True))
         if exit_layer < n_layers:
             handles.append(layers[exit_layer - 1].register_forward_hook(exit_hook))
         try:

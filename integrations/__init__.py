@@ -6,6 +6,8 @@ Names are imported lazily, so importing this package needs no framework:
   LlamaIndex embeddings (extras ``langchain`` and ``llamaindex``).
 * :class:`HTPEmbeddingFunction`, :func:`ingest`, :func:`query`
   (``htp_retrieval.integrations.chroma``): Chroma (extra ``chroma``).
+* :func:`ingest_ray` (``htp_retrieval.integrations.ray_ingest``): distributed ingestion
+  into a Chroma server on Ray Data (extra ``ray``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ _LAZY = {
     "ingest": "htp_retrieval.integrations.chroma",
     "query": "htp_retrieval.integrations.chroma",
     "IngestReport": "htp_retrieval.integrations.chroma",
+    "ingest_ray": "htp_retrieval.integrations.ray_ingest",
 }
 
 

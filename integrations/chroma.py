@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 import numpy as np
@@ -348,53 +348,74 @@ def read_source(source: str | os.PathLike[str]) -> Iterator[SourceDoc]:
                                 f"corpus.jsonl: {src}")
     for path in _folder_files(src):
         rel = path.relative_to(src).as_posix()
-        meta = {"source": rel, "title": path.stem}
         try:
-            text = _decode(path.read_bytes())
-        except UnicodeDecodeError as e:
-            yield SourceDoc(rel, None, meta, _undecodable(e))
-            continue
+            data = path.read_bytes()
         except OSError as e:
-            yield SourceDoc(rel, None, meta, f"unreadable: {e.strerror or e}")
+            yield SourceDoc(rel, None, {"source": rel, "title": path.stem},
+                            f"unreadable: {e.strerror or e}")
             continue
-        if not text.strip():
-            yield SourceDoc(rel, None, meta, "empty")
-            continue
-        yield SourceDoc(rel, text, meta)
+        yield file_doc(rel, data)
+
+
+def file_doc(rel: str, data: bytes) -> SourceDoc:
+    """One document from a file's bytes (id ``rel``; rejected if undecodable or empty).
+
+    Args:
+        rel: The file's path relative to the source folder (``/``-separated): its id.
+        data: The file's contents.
+    """
+    meta = {"source": rel, "title": Path(rel).stem}
+    try:
+        text = _decode(data)
+    except UnicodeDecodeError as e:
+        return SourceDoc(rel, None, meta, _undecodable(e))
+    if not text.strip():
+        return SourceDoc(rel, None, meta, "empty")
+    return SourceDoc(rel, text, meta)
 
 
 def _read_beir(corpus: Path) -> Iterator[SourceDoc]:
-    seen: set[str] = set()
     with open(corpus, "rb") as f:
-        line_no = 0
-        for raw in f:
-            line_no += 1
-            if not raw.strip():
-                continue
-            where = f"line {line_no}"
-            try:
-                row = json.loads(_decode(raw))
-            except UnicodeDecodeError as e:
-                yield SourceDoc(where, None, {"source": where}, _undecodable(e))
-                continue
-            except json.JSONDecodeError as e:
-                yield SourceDoc(where, None, {"source": where}, f"invalid JSON ({e.msg})")
-                continue
-            if not isinstance(row, dict) or row.get("_id") in (None, ""):
-                yield SourceDoc(where, None, {"source": where}, "no _id")
-                continue
-            doc_id = str(row["_id"])
-            title = row.get("title") or ""
-            meta = {"source": where, "title": str(title)}
-            if doc_id in seen:
-                yield SourceDoc(doc_id, None, meta, f"duplicate id ({where})")
-                continue
-            seen.add(doc_id)
-            text = f"{title} {row.get('text') or ''}".strip()
-            if not text:
-                yield SourceDoc(doc_id, None, meta, "empty")
-                continue
-            yield SourceDoc(doc_id, text, meta)
+        yield from read_beir_lines(f)
+
+
+def read_beir_lines(lines: Iterable[bytes]) -> Iterator[SourceDoc]:
+    """Documents from the lines of a BEIR ``corpus.jsonl`` (see :func:`read_source`).
+
+    Args:
+        lines: The file's raw lines, in order (line numbers count from 1, blank lines
+            included); a bad line is yielded with ``error`` set and id ``line N``.
+    """
+    seen: set[str] = set()
+    line_no = 0
+    for raw in lines:
+        line_no += 1
+        if not raw.strip():
+            continue
+        where = f"line {line_no}"
+        try:
+            row = json.loads(_decode(raw))
+        except UnicodeDecodeError as e:
+            yield SourceDoc(where, None, {"source": where}, _undecodable(e))
+            continue
+        except json.JSONDecodeError as e:
+            yield SourceDoc(where, None, {"source": where}, f"invalid JSON ({e.msg})")
+            continue
+        if not isinstance(row, dict) or row.get("_id") in (None, ""):
+            yield SourceDoc(where, None, {"source": where}, "no _id")
+            continue
+        doc_id = str(row["_id"])
+        title = row.get("title") or ""
+        meta = {"source": where, "title": str(title)}
+        if doc_id in seen:
+            yield SourceDoc(doc_id, None, meta, f"duplicate id ({where})")
+            continue
+        seen.add(doc_id)
+        text = f"{title} {row.get('text') or ''}".strip()
+        if not text:
+            yield SourceDoc(doc_id, None, meta, "empty")
+            continue
+        yield SourceDoc(doc_id, text, meta)
 
 
 # --------------------------------------------------------------------------- ingest
@@ -442,6 +463,53 @@ class IngestReport:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+WriteStatus = Literal["added", "updated", "unchanged"]
+"""What :func:`write_batch` did with a document."""
+
+
+def write_batch(col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc]) -> list[str]:
+    """Write accepted documents to a collection, idempotently (upsert by id).
+
+    The batch is looked up by id first; documents already stored with the same text
+    (SHA-256 in the ``content_sha256`` metadata) are skipped, the rest are embedded with
+    ``ef`` and upserted in one write. Used by :func:`ingest` and by the Ray ingestion.
+
+    Args:
+        col: The collection.
+        ef: The collection's embedding function.
+        docs: Documents with ``text`` set (no rejected ones), unique ids.
+
+    Returns:
+        One :data:`WriteStatus` per document, in order.
+    """
+    if not docs:
+        return []
+    ids = [d.id for d in docs]
+    got = col.get(ids=ids, include=["metadatas"])
+    stored = {i: (m or {}).get("content_sha256")
+              for i, m in zip(got["ids"], got["metadatas"] or [None] * len(got["ids"]), strict=True)}
+    statuses: list[str] = []
+    todo = []
+    for d in docs:
+        if d.text is None:
+            raise ValueError(f"document {d.id!r} has no text (rejected: {d.error})")
+        sha = _sha(d.text)
+        if stored.get(d.id) == sha:
+            statuses.append("unchanged")
+        else:
+            todo.append((d, sha))
+            statuses.append("updated" if d.id in stored else "added")
+    if todo:
+        vecs = ef.embed_documents_array([d.text or "" for d, _ in todo])
+        col.upsert(
+            ids=[d.id for d, _ in todo],
+            documents=[d.text or "" for d, _ in todo],
+            metadatas=[{**d.metadata, "content_sha256": sha} for d, sha in todo],
+            embeddings=vecs,
+        )
+    return statuses
 
 
 def ingest(
@@ -495,31 +563,10 @@ def ingest(
     def flush() -> None:
         if not batch:
             return
-        ids = [d.id for d in batch]
-        got = col.get(ids=ids, include=["metadatas"])
-        stored = {i: (m or {}).get("content_sha256")
-                  for i, m in zip(got["ids"], got["metadatas"] or [None] * len(got["ids"]), strict=True)}
-        todo = []
-        for d in batch:
-            assert d.text is not None
-            sha = _sha(d.text)
-            if stored.get(d.id) == sha:
-                report.unchanged += 1
-            else:
-                todo.append((d, sha))
-        if todo:
-            vecs = ef.embed_documents_array([d.text or "" for d, _ in todo])
-            col.upsert(
-                ids=[d.id for d, _ in todo],
-                documents=[d.text or "" for d, _ in todo],
-                metadatas=[{**d.metadata, "content_sha256": sha} for d, sha in todo],
-                embeddings=vecs,
-            )
-            for d, _ in todo:
-                if d.id in stored:
-                    report.updated += 1
-                else:
-                    report.added += 1
+        statuses = write_batch(col, ef, batch)
+        report.added += statuses.count("added")
+        report.updated += statuses.count("updated")
+        report.unchanged += statuses.count("unchanged")
         bar.update(len(batch))
         batch.clear()
         if on_batch is not None:
@@ -604,4 +651,5 @@ def query(
 
 __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc", "ingest",
            "query", "read_source", "make_client", "open_collection",
-           "collection_embedding_function", "EF_NAME"]
+           "collection_embedding_function", "EF_NAME", "file_doc", "read_beir_lines",
+           "write_batch"]

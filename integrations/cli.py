@@ -24,10 +24,14 @@ def _add_db_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run ``htp-retrieval ingest``: exit 0, or 1 with ``--strict`` when documents were rejected."""
+    """Run ``htp-retrieval ingest``: exit 0, or 1 with ``--strict`` when documents were rejected.
+
+    With ``--ray`` the documents are read, embedded and written by a Ray Data job
+    (:func:`htp_retrieval.integrations.ray_ingest.ingest_ray`) into a Chroma server.
+    """
     from htp_retrieval.integrations.chroma import HTPEmbeddingFunction, ingest
 
-    if args.threads:
+    if args.threads and not args.ray:
         import torch
 
         torch.set_num_threads(args.threads)
@@ -38,8 +42,21 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         max_length=args.max_length, dtype=args.dtype, device=args.device,
         batch_size=args.batch_size,
     )
-    report = ingest(args.source, db=args.db, collection=args.collection, embedding_function=ef,
-                    batch_size=args.batch_size, show_progress=not args.quiet)
+    if args.ray:
+        from htp_retrieval.integrations.ray_ingest import ingest_ray
+
+        concurrency: int | tuple[int, int] = args.concurrency
+        if args.max_concurrency:
+            concurrency = (args.concurrency, args.max_concurrency)
+        report = ingest_ray(args.source, db=args.db, collection=args.collection,
+                            embedding_function=ef, batch_size=args.batch_size,
+                            concurrency=concurrency, num_gpus=args.num_gpus,
+                            num_cpus=args.num_cpus, threads=args.threads,
+                            address=args.ray_address, show_progress=not args.quiet)
+    else:
+        report = ingest(args.source, db=args.db, collection=args.collection,
+                        embedding_function=ef, batch_size=args.batch_size,
+                        show_progress=not args.quiet)
     for r in report.rejected:
         print(f"rejected {r.id}: {r.reason}", file=sys.stderr)
     print(report.summary())
@@ -89,6 +106,20 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--strict", action="store_true", help="exit 1 if any document was rejected")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group(
+        "distributed (Ray Data)",
+        "--ray reads, embeds and writes with a Ray Data job: one model per actor, writes to "
+        "the Chroma server given by --db http://HOST:PORT (idempotent upserts by id)")
+    g.add_argument("--ray", action="store_true", help="ingest with Ray Data")
+    g.add_argument("--ray-address", default=None,
+                   help="Ray cluster (auto, ray://HOST:10001; default: RAY_ADDRESS or a new "
+                        "local cluster)")
+    g.add_argument("--concurrency", type=int, default=1, help="actors (one model each)")
+    g.add_argument("--max-concurrency", type=int, default=0,
+                   help="autoscale the actor pool from --concurrency up to this (0: fixed)")
+    g.add_argument("--num-gpus", type=float, default=0.0,
+                   help="GPUs per actor (e.g. 1, or 0.5 for two actors per GPU)")
+    g.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per actor")
     p.set_defaults(func=cmd_ingest)
 
     p = subparsers.add_parser("query", help="search a collection made by 'ingest'")

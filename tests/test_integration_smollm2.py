@@ -19,10 +19,11 @@ pytestmark = [
     pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="../shared/data missing"),
 ]
 
-# Measured with `htp-retrieval eval --data ../shared/data/beir/scifact --methods htp
-# --max-queries 30 --max-docs 200` (bf16, sentencizer, K=1): NDCG@10 40.76.
-# The floor sits just below so that a regression fails.
-HTP_NDCG10_FLOOR = 38.0
+# Measured with `htp-retrieval eval --data ../shared/data/beir/scifact --methods
+# vanilla-mean,htp --max-queries 30 --max-docs 200` (bf16, sentencizer, K=1, block-mean
+# summaries, copies before layers 1-14): htp NDCG@10 46.11, vanilla-mean 43.92. The floor
+# sits just below HTP and above vanilla-mean, so a regression (or losing the HTP gain) fails.
+HTP_NDCG10_FLOOR = 44.5
 
 
 def test_htp_on_scifact_subset_clears_floor() -> None:

@@ -96,7 +96,7 @@ def test_sentence_index_and_k_grouping() -> None:
 def test_official_aliases_resolve() -> None:
     for alias, name in ALIASES.items():
         assert get_method(alias) is METHODS[name]
-    assert plan_to_method("vanilla-mean-pool", "tp_sentence_begin").name == "htp"
+    assert plan_to_method("vanilla-mean-pool", "tp_sentence_begin").name == "htp-last"
     assert plan_to_method("vanilla-mean-pool", "tp_sentence").name == "tp-sentence"
     assert plan_to_method("tp-prompteol-last-pool", "tp").name == "tp-prompteol-last"
     with pytest.raises(ValueError, match="unknown method"):

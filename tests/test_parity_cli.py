@@ -40,7 +40,7 @@ README_COMMANDS = [
     ("mteb_retrieval_tasks.py --model_method vanilla-mean-pool --architecture mistral-instruct-tp "
      "--use_which_plan tp_sentence", "tp-sentence"),
     ("mteb_retrieval_tasks.py --model_method vanilla-mean-pool --architecture mistral-instruct-tp "
-     "--use_which_plan tp_sentence_begin", "htp"),
+     "--use_which_plan tp_sentence_begin", "htp-last"),
     ("mteb_retrieval_tasks.py --model_method tp-prompteol-last-pool "
      "--architecture mistral-instruct-tp --output_layer -1 --tp_starting_index 10 "
      "--tp_exiting_index 20 --verbose 1 --retrieval_datasets NFCorpus FiQA2018 SciFact",
@@ -54,11 +54,11 @@ README_COMMANDS = [
     ("longembed_retrieval_tasks.py --model_method vanilla-mean-pool "
      "--architecture mistral-instruct-tp --use_which_plan tp_sentence", "tp-sentence"),
     ("longembed_retrieval_tasks.py --model_method vanilla-mean-pool "
-     "--architecture mistral-instruct-tp --use_which_plan tp_sentence_begin", "htp"),
+     "--architecture mistral-instruct-tp --use_which_plan tp_sentence_begin", "htp-last"),
     ("synthetic_retrieval_tasks.py --model_method vanilla-mean-pool "
-     "--architecture mistral-instruct-tp --use_which_plan tp_sentence_begin", "htp"),
+     "--architecture mistral-instruct-tp --use_which_plan tp_sentence_begin", "htp-last"),
     ("mteb_sts_tasks.py --model_method vanilla-mean-pool --architecture mistral-instruct-tp "
-     "--use_which_plan tp_sentence_begin", "htp"),
+     "--use_which_plan tp_sentence_begin", "htp-last"),
 ]
 
 
@@ -97,13 +97,13 @@ def test_readme_htp_command_with_verbose(tiny_dir, tmp_path, capsys) -> None:  #
             "--retrieval_datasets", "SciFact", *_small(tiny_dir, tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "Model Method            : vanilla-mean-pool  ->  method htp" in out
-    assert "[htp] layout of one document" in out and "<B-PST> <B-PST>" in out
-    assert "| htp |" in out
+    assert "Model Method            : vanilla-mean-pool  ->  method htp-last" in out
+    assert "[htp-last] layout of one document" in out and "<B-PST> <B-PST>" in out
+    assert "| htp-last |" in out
     (path,) = tmp_path.rglob("*.json")
-    assert path.name == "htp__len512__tp1-5__out-3__q2d5s0.json"  # mistral preset, exit -3
+    assert path.name == "htp-last__len512__tp1-5__out-3__q2d5s0.json"  # mistral preset, exit -3
     saved = json.loads(path.read_text())
-    assert saved["dataset"] == "scifact" and saved["config"]["method"] == "htp"
+    assert saved["dataset"] == "scifact" and saved["config"]["method"] == "htp-last"
     assert saved["config"]["tp_start"] == 1 and saved["config"]["output_layer"] == -3
     assert saved["config"]["parity"] == {
         "script": "mteb_retrieval_tasks", "model_method": "vanilla-mean-pool",
@@ -142,9 +142,9 @@ def test_sts_longembed_and_synthetic_scripts(tiny_dir, tmp_path, capsys) -> None
     assert "### passkey (test), context length 64 tokens" in printed
     by_dataset = {json.loads(p.read_text())["dataset"]: p.name for p in tmp_path.rglob("*.json")}
     # smollm2-tp leaves tp_start and the exit layer to the model preset (empty in the name)
-    assert by_dataset == {"stsb": "htp__len512__tp-5__q8d5s0.json",
-                          "qmsum": "htp__len64__tp-5__q2d5s0.json",
-                          "passkey": "htp__ctx64__tp-5__q2d5s0.json"}
+    assert by_dataset == {"stsb": "htp-last__len512__tp-5__q8d5s0.json",
+                          "qmsum": "htp-last__len64__tp-5__q2d5s0.json",
+                          "passkey": "htp-last__ctx64__tp-5__q2d5s0.json"}
 
 
 def test_pooling_override_and_config_errors(tmp_path) -> None:  # noqa: ANN001

@@ -26,7 +26,7 @@ def _inputs(enc: HTPEncoder, texts: list[str]):  # noqa: ANN202
 
 def test_copies_fire_only_in_tp_range(tiny) -> None:  # noqa: ANN001
     model, tok = tiny
-    enc = HTPEncoder(model, "htp", tokenizer=tok, tp_start=2, tp_exit=4, output_layer=-1,
+    enc = HTPEncoder(model, "htp-last", tokenizer=tok, tp_start=2, tp_exit=4, output_layer=-1,
                      dtype="float32")
     layouts, embeds, mask, pos = _inputs(enc, [TEXT, "Short one. Two."])
     seen: dict[int, torch.Tensor] = {}

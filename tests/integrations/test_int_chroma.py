@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -169,44 +168,6 @@ def test_cli_ingest_and_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                  "--json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["rank"] for x in lines] == [1, 2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def chroma_server(tmp_path: Path):
-    chroma = Path(sys.executable).with_name("chroma")
-    exe = str(chroma) if chroma.exists() else "chroma"
-    port = _free_port()
-    proc = subprocess.Popen(
-        [exe, "run", "--path", str(tmp_path / "server-db"), "--host", "127.0.0.1",
-         "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"chroma run exited with {proc.returncode}")
-            try:
-                make_client(url).heartbeat()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    pytest.fail("chroma server did not start within 60 s")
-                time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 def test_http_server(chroma_server: str, tmp_path: Path) -> None:
