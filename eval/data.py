@@ -31,7 +31,12 @@ class BeirData:
         return f"{d.get('title') or ''} {d.get('text') or ''}".strip()
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a jsonl file (blank lines skipped).
+
+    Raises:
+        ValueError: on invalid JSON (file and line number named).
+    """
     rows = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
@@ -63,8 +68,8 @@ def load_beir(path: str | Path, split: str = "test") -> BeirData:
         if not f.exists():
             raise FileNotFoundError(f"BEIR file missing: {f}")
     corpus = {str(r["_id"]): {"title": r.get("title", ""), "text": r.get("text", "")}
-              for r in _read_jsonl(files[0])}
-    all_queries = {str(r["_id"]): r["text"] for r in _read_jsonl(files[1])}
+              for r in read_jsonl(files[0])}
+    all_queries = {str(r["_id"]): r["text"] for r in read_jsonl(files[1])}
     qrels: dict[str, dict[str, int]] = {}
     with open(files[2], encoding="utf-8") as f:
         reader = csv.reader(f, delimiter="\t")

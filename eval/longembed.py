@@ -17,29 +17,16 @@ split=...)`` (LongEmbed's documented loader). Every relevant document of a query
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from htp_retrieval.eval.data import BeirData, load_beir
+from htp_retrieval.eval.data import BeirData, load_beir, read_jsonl
 
 LONGEMBED_HUB = "dwzhu/LongEmbed"
 LONGEMBED_TASKS: tuple[str, ...] = (
     "narrativeqa", "qmsum", "2wikimqa", "summ_screen_fd", "passkey", "needle")
 """Task (config) names of the hub dataset."""
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: invalid JSON ({e.msg})") from e
-    return rows
 
 
 def _field(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
@@ -111,7 +98,7 @@ def _load_local(root: Path, name: str, split: str, context_length: int | None) -
         return data
     files = [root / "corpus.jsonl", root / "queries.jsonl", root / "qrels.jsonl"]
     if all(f.exists() for f in files):
-        return from_rows(name, *(_read_jsonl(f) for f in files), context_length=context_length)
+        return from_rows(name, *(read_jsonl(f) for f in files), context_length=context_length)
     raise FileNotFoundError(
         f"{root} is not a LongEmbed folder: expected corpus.jsonl, queries.jsonl and "
         f"qrels/{split}.tsv (BEIR layout) or qrels.jsonl (LongEmbed hub layout)")

@@ -19,7 +19,6 @@ never mix with the hub task's in mteb's cache.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -157,30 +156,16 @@ def read_sts_jsonl(path: str | Path, *, max_pairs: int | None = None) -> dict[st
         FileNotFoundError: if the file is missing.
         ValueError: on a malformed row (file and line named).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"STS file not found: {p}")
-    cols: dict[str, list] = {"sentence1": [], "sentence2": [], "score": []}
-    with open(p, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                s1, s2, score = row["sentence1"], row["sentence2"], float(row["score"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{p}:{line_no}: not an STS row with sentence1, sentence2 "
-                                 f"and a numeric score ({e!r})") from e
-            if not isinstance(s1, str) or not isinstance(s2, str):
-                raise ValueError(f"{p}:{line_no}: sentence1/sentence2 must be strings")
-            cols["sentence1"].append(s1)
-            cols["sentence2"].append(s2)
-            cols["score"].append(score)
-            if max_pairs and len(cols["score"]) >= max_pairs:
-                break
-    if not cols["score"]:
-        raise ValueError(f"{p}: no STS rows")
-    return cols
+    from htp_retrieval.eval.sts import load_sts
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"STS file not found: {path}")
+    data = load_sts(path)  # the one STS row parser (float scores, errors name file:line)
+    n = max_pairs or len(data.scores)
+    if not data.scores:
+        raise ValueError(f"{path}: no STS rows")
+    return {"sentence1": data.sentence1[:n], "sentence2": data.sentence2[:n],
+            "score": data.scores[:n]}
 
 
 class LocalJsonlSTS(AbsTaskSTS):

@@ -10,32 +10,6 @@ import sys
 from htp_retrieval.methods import METHODS
 
 
-def format_table(results: list, *, baseline: str = "vanilla-mean") -> str:
-    """Markdown table of retrieval results with cost ratios to ``baseline`` (same run set).
-
-    Args:
-        results: :class:`~htp_retrieval.eval.retrieval.RetrievalResult` objects.
-        baseline: Method whose time and memory are the denominators.
-    """
-    base = next((r for r in results if r.config["method"] == baseline), None)
-    head = ("| method | NDCG@10 | Recall@100 | encode s | text tokens/s | peak MiB "
-            "| time x vanilla-mean | memory x vanilla-mean |")
-    lines = [head, "|" + "---|" * 8]
-    for r in results:
-        c = r.cost
-        t_ratio = m_ratio = "n/a"
-        if base is not None:
-            t_ratio = f"{c['encode_seconds'] / base.cost['encode_seconds']:.2f}"
-            bm = base.cost["peak_memory_bytes"]
-            m_ratio = f"{c['peak_memory_bytes'] / bm:.2f}" if bm > 0 else "n/a"
-        lines.append(
-            f"| {r.config['method']} | {r.scores['NDCG@10']:.2f} | {r.scores['Recall@100']:.2f} "
-            f"| {c['encode_seconds']:.1f} | {c['tokens_per_second']:.0f} "
-            f"| {c['peak_memory_bytes'] / 2**20:.0f} | {t_ratio} | {m_ratio} |"
-        )
-    return "\n".join(lines)
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``htp-retrieval eval``: datasets x methods x sweeps, one results JSON each."""
     import torch
