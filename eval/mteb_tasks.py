@@ -47,6 +47,26 @@ LOCAL_TASKS: dict[str, tuple[str, str, str]] = {
 """Named local tasks: ``name -> (kind, path under the data root, split)``."""
 
 
+def _local_metadata(
+    name: str, path: Path, description: str, *, task_type: str, split: str, main_score: str,
+    prompt: dict[str, str | None] | None = None,
+) -> TaskMetadata:
+    """mteb metadata for an English text-to-text task read from a local ``path``."""
+    extra = {"prompt": prompt} if prompt is not None else {}
+    return TaskMetadata(
+        name=name,
+        dataset={"path": str(path), "revision": "local"},
+        description=description,
+        type=task_type,
+        category="t2t",
+        modalities=["text"],
+        eval_splits=[split],
+        eval_langs=["eng-Latn"],
+        main_score=main_score,
+        **extra,
+    )
+
+
 def _suffix(max_queries: int | None, max_docs: int | None, seed: int) -> str:
     if not (max_queries or max_docs):
         return ""
@@ -130,16 +150,9 @@ def beir_task(
     split_tag = "" if split == "test" else f"-{split}"
     task_name = name or f"{folder}-local{split_tag}{_suffix(max_queries, max_docs, seed)}"
     query_instruction, _ = task_instructions(folder)
-    meta = TaskMetadata(
-        name=task_name,
-        dataset={"path": str(root), "revision": "local"},
-        description=f"BEIR folder {root} ({split} split), read locally.",
-        type="Retrieval",
-        category="t2t",
-        modalities=["text"],
-        eval_splits=[split],
-        eval_langs=["eng-Latn"],
-        main_score="ndcg_at_10",
+    meta = _local_metadata(
+        task_name, root, f"BEIR folder {root} ({split} split), read locally.",
+        task_type="Retrieval", split=split, main_score="ndcg_at_10",
         prompt={"query": query_instruction},
     )
     cls = type(f"LocalBeir_{folder}", (LocalBeirRetrieval,), {
@@ -217,16 +230,9 @@ def sts_task(
     stem = (p.name if p.is_dir() else p.stem).lower()
     split_tag = "" if split == "test" or not p.is_dir() else f"-{split}"
     task_name = name or f"{stem}-local{split_tag}" + (f"-n{max_pairs}" if max_pairs else "")
-    meta = TaskMetadata(
-        name=task_name,
-        dataset={"path": str(file), "revision": "local"},
-        description=f"STS pairs from {file}, read locally.",
-        type="STS",
-        category="t2t",
-        modalities=["text"],
-        eval_splits=[split],
-        eval_langs=["eng-Latn"],
-        main_score="cosine_spearman",
+    meta = _local_metadata(
+        task_name, file, f"STS pairs from {file}, read locally.",
+        task_type="STS", split=split, main_score="cosine_spearman",
     )
     cls = type(f"LocalSTS_{stem}", (LocalJsonlSTS,), {
         "metadata": meta, "data_file": str(file), "split": split, "max_pairs": max_pairs,

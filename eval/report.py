@@ -130,6 +130,10 @@ def _is_mteb_file(raw: Any) -> bool:
         or ("loader" in raw and "framework" in raw and "experiment_kwargs" in raw))
 
 
+ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True}
+"""Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
+
+
 def read_result(path: str | Path) -> ResultRecord:
     """Read one results JSON.
 
@@ -150,6 +154,9 @@ def read_result(path: str | Path) -> ResultRecord:
         if key not in raw:
             raise ValueError(f"{p}: not a results JSON (no {key!r} key)")
     config = dict(raw["config"])
+    if "method" in config:  # an encoder config: fill the keys it records only when off default
+        for k, v in ENCODER_CONFIG_DEFAULTS.items():
+            config.setdefault(k, v)
     return ResultRecord(
         path=p,
         dataset=str(raw["dataset"]),
@@ -209,7 +216,7 @@ def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
     K and the segmenter matter only for sentence blocks, N only for fixed-token blocks,
-    the copy range and placeholder init only for methods with placeholders. Unknown
+    the ``<PST>`` summary only for block placeholders, the copy range and placeholder init only for methods with placeholders. Unknown
     methods and other keys: always relevant.
     """
     spec = METHODS.get(method)
@@ -220,6 +227,8 @@ def key_is_relevant(method: str, key: str) -> bool:
         return blocks and spec.blocks == "sentence"
     if key == "tokens_per_block":
         return blocks and spec.blocks == "tokens"
+    if key == "summary":
+        return blocks
     if key in ("tp_start", "tp_exit", "placeholder_init"):
         return spec.uses_rewiring
     return True

@@ -139,7 +139,8 @@ def encode_corpus(
         ids: Document ids, ``[n_docs]`` (part of the fingerprint).
         instruction: Document instruction.
         checkpoint_dir: Folder for chunk files (``None``: no checkpointing).
-        chunk_size: Documents per chunk.
+        chunk_size: Documents per chunk. A resumed folder keeps the chunk size it was
+            started with, so changing this never discards finished chunks.
         device: Device string for :class:`PeakMemory`.
         show_progress_bar: One tqdm bar over documents.
 
@@ -148,19 +149,28 @@ def encode_corpus(
         ``seconds`` (wall, summed over chunks, resumed ones included), ``cpu_seconds``,
         ``text_tokens``, ``input_tokens``, ``padded_tokens``, ``prepare_seconds``,
         ``forward_seconds``, ``peak_memory_bytes`` (max over chunks) and ``resumed_chunks``.
+
+    Raises:
+        ValueError: if ``chunk_size`` is below 1.
     """
     from tqdm.auto import tqdm
 
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
         fp = _fingerprint(dict(encoder.config()), instruction, ids)
         meta = ckpt / "meta.json"
-        if ckpt.exists() and (not meta.exists() or json.loads(meta.read_text()).get("fp") != fp):
+        old = json.loads(meta.read_text()) if meta.exists() else {}
+        if ckpt.exists() and old.get("fp") != fp:
             shutil.rmtree(ckpt)
+        elif old.get("chunk_size") and old["chunk_size"] != chunk_size:
+            # Finished chunks were cut with the stored size: resume with it, losing nothing.
+            chunk_size = int(old["chunk_size"])
         ckpt.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
     keys = ("seconds", "cpu_seconds", "text_tokens", "input_tokens", "padded_tokens",
             "prepare_seconds", "forward_seconds")
     cost: dict[str, Any] = dict.fromkeys(keys, 0)
@@ -170,11 +180,14 @@ def encode_corpus(
               unit="doc") as bar:
         for c, idx in enumerate(chunks):
             path = ckpt / f"chunk_{c:04d}.npz" if ckpt is not None else None
+            emb = None
             if path is not None and path.exists():
                 z = np.load(path)
-                emb, part = z["emb"], json.loads(str(z["cost"]))
-                cost["resumed_chunks"] += 1
-            else:
+                if z["emb"].shape[0] == len(idx):
+                    emb, part = z["emb"], json.loads(str(z["cost"]))
+                    cost["resumed_chunks"] += 1
+                # else: a chunk cut with another size (an old meta.json): recompute it
+            if emb is None:
                 c0 = time.process_time()
                 with PeakMemory(device) as mem:
                     emb = encoder.encode([texts[i] for i in idx], instruction=instruction)

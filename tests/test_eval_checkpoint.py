@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.retrieval import encode_corpus
@@ -35,3 +36,27 @@ def test_resume_matches_uninterrupted(tiny_llama, tmp_path) -> None:  # noqa: AN
     _, ocost = encode_corpus(other, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
                              show_progress_bar=False)
     assert ocost["resumed_chunks"] == 0
+
+
+def test_resume_with_another_chunk_size_keeps_finished_chunks(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """A rerun with a different ``--chunk-size`` resumes with the stored size."""
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    ids = [f"d{i}" for i in range(11)]
+    ckpt = tmp_path / "ckpt"
+    first, _ = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
+                             show_progress_bar=False)
+    sorted(ckpt.glob("chunk_*.npz"))[-1].unlink()
+    resumed, rcost = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=8,
+                                   show_progress_bar=False)
+    assert rcost["resumed_chunks"] == 2
+    np.testing.assert_allclose(resumed, first, atol=1e-5)
+    assert len(list(ckpt.glob("chunk_*.npz"))) == 3
+
+
+def test_chunk_size_must_be_positive(tiny_llama) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
+    with pytest.raises(ValueError, match="chunk_size"):
+        encode_corpus(enc, ["a b."], ["d0"], chunk_size=0, show_progress_bar=False)

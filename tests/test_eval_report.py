@@ -282,3 +282,17 @@ def test_subset_from_folder_name(results_dir: Path, tmp_path: Path) -> None:
     assert rec.subset is not None and rec.subset.tag == "q3d9s1"
     (full,), _ = load_results([src])
     assert full.subset is None
+
+
+def test_summary_default_and_relevance(tmp_path: Path) -> None:
+    """Results omit ``summary`` when it is ``last``: the report reads it back as ``last``,
+    and shows it only for methods with block placeholders."""
+    from htp_retrieval.eval.report import key_is_relevant, read_result
+
+    f = tmp_path / "htp-last__len64.json"
+    f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
+                             "config": {"model": MODEL, "method": "htp-last"}}))
+    assert read_result(f).config["summary"] == "last"
+    assert key_is_relevant("htp", "summary") and key_is_relevant("tp-sentence", "summary")
+    assert not key_is_relevant("vanilla-mean", "summary")
+    assert not key_is_relevant("tp-mean", "summary")
