@@ -15,6 +15,7 @@ Three commands (``htp-retrieval analyze norms | drift | ablate``) back docs/ANAL
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -53,6 +54,14 @@ PRESETS: dict[str, list[str]] = {
         "tp-sentence:method=tp-sentence",
         "htp:method=htp",
         "tp-mean:method=tp-mean",
+    ],
+    # HTP documents, queries embedded by a short-text method (issue 6, item 5)
+    "pairing": [
+        "htp:method=htp",
+        "htp-docs-vanilla-queries:method=htp,query_method=vanilla-mean",
+        "htp-docs-tp-queries:method=htp,query_method=tp-mean",
+        "htp-docs-prompteol-queries:method=htp,query_method=prompteol-last",
+        "htp-docs-tp-prompteol-queries:method=htp,query_method=tp-prompteol-last",
     ],
 }
 
@@ -341,8 +350,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             enc = HTPEncoder(args.model, **ekw)
             qmethod = rkw.pop("query_method", None)
             qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
+            # Variants that differ only on the query side share one corpus encode: the
+            # corpus is checkpointed under a key of the document encoder's config.
+            key = json.dumps([enc.config(), rkw.get("document_instruction")], sort_keys=True)
+            corpus = out / "corpus.partial" / hashlib.sha256(key.encode()).hexdigest()[:16]
             res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
-                                query_encoder=qenc, **rkw)
+                                query_encoder=qenc, checkpoint_dir=corpus, **rkw)
             res.config.update(variant=name, variant_spec=spec, command=_command())
             res.save(path)
         rows.append((name, res))

@@ -75,3 +75,34 @@ def test_mean_summary_copies_block_mean(tiny_llama) -> None:  # noqa: ANN001
     assert enc.config()["summary"] == "mean"
     with pytest.raises(ValueError, match="summary"):
         HTPEncoder(model, "htp", tokenizer=tok, summary="max")
+
+
+def test_ablate_pairing_shares_one_corpus_encode(tiny_llama, tmp_path, capsys) -> None:  # noqa: ANN001
+    """``analyze ablate``: variants that differ only in the query method reuse the corpus."""
+    import json
+    import os
+
+    from htp_retrieval.cli import main
+
+    scifact = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "beir",
+                           "scifact")
+    if not os.path.isdir(scifact):
+        pytest.skip("../shared/data missing")
+    model, tok = tiny_llama
+    mdir = tmp_path / "tiny"
+    model.save_pretrained(mdir)
+    tok.save_pretrained(mdir)
+    out = tmp_path / "analysis"
+    rc = main(["analyze", "ablate", "--model", str(mdir), "--data", scifact, "--split", "train",
+               "--max-queries", "4", "--max-docs", "12", "--max-length", "48", "--quiet",
+               "--output", str(out),
+               "--variant", "htp:method=htp",
+               "--variant", "htp-tp-queries:method=htp,query_method=tp-mean"])
+    assert rc == 0
+    folder = next(out.glob("*/scifact-train-q4d12s0"))
+    first = json.loads((folder / "htp.json").read_text())
+    paired = json.loads((folder / "htp-tp-queries.json").read_text())
+    assert first["cost"]["resumed_chunks"] == 0
+    assert paired["cost"]["resumed_chunks"] >= 1  # the corpus came from the first variant
+    assert paired["config"]["query_config"]["method"] == "tp-mean"
+    assert "htp-tp-queries" in capsys.readouterr().out
