@@ -137,6 +137,9 @@ ALIASES: dict[str, str] = {
     "tp_sentence": "tp-sentence",
     "tp_sentence_begin": "htp-last",  # the official plan feeds last-token states
     "fixed-token": "htp-fixed-tokens",
+    # task presets, chosen by measurement (docs/ANALYSIS.md, section 9; docs/RESULTS.md STS-B)
+    "retrieval": "htp",  # HTP on both queries and documents
+    "sts": "prompteol-last",  # short-text similarity: PromptEOL beat HTP on STS-B
 }
 
 

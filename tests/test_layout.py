@@ -99,6 +99,8 @@ def test_official_aliases_resolve() -> None:
     assert plan_to_method("vanilla-mean-pool", "tp_sentence_begin").name == "htp-last"
     assert plan_to_method("vanilla-mean-pool", "tp_sentence").name == "tp-sentence"
     assert plan_to_method("tp-prompteol-last-pool", "tp").name == "tp-prompteol-last"
+    # task presets (docs/ANALYSIS.md, section 9)
+    assert get_method("retrieval").name == "htp" and get_method("sts").name == "prompteol-last"
     with pytest.raises(ValueError, match="unknown method"):
         get_method("nope")
 
