@@ -27,7 +27,8 @@ import numpy as np
 
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
-    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "bare_prefix", "dtype", "padding_side",
+    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "bare_prefix",
+    "dtype", "padding_side",
 }
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
 
@@ -287,14 +288,17 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
     Args:
         rows: ``(variant name, RetrievalResult)`` pairs; the first is the baseline.
     """
+    from htp_retrieval.eval.report import ENCODER_CONFIG_DEFAULTS, key_is_relevant
+
     lines: list[str] = []
     base = rows[0][1].scores["NDCG@10"]
     lines.append(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | method | <PST> summary "
           "| copy layers | exit layer | extra settings |\n|---|---|---|---|---|---|---|---|---|")
     for name, res in rows:
         c = res.config
-        placeholders = c["method"] not in ("vanilla-mean", "vanilla-last", "echo-mean",
-                                           "prompteol-last")
+        placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
+        summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
+                   if key_is_relevant(c["method"], "summary") else "–")
         extra = {k: c[k] for k in ("keep_sink", "max_blocks", "bare_prefix", "k",
                                    "placeholder_init") if k in c and (k != "k" or c[k] != 1)
                  and (k != "placeholder_init" or c[k] != "mean")}
@@ -305,7 +309,7 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         window = f"{c['tp_start']}-{c['tp_exit'] - 1}" if c["tp_exit"] > c["tp_start"] else "none"
         lines.append(f"| {name} | {res.scores['NDCG@10']:.2f} | {res.scores['NDCG@10'] - base:+.2f} "
               f"| {res.scores['Recall@100']:.2f} | {c['method']} "
-              f"| {c.get('summary', 'last') if placeholders else '–'} "
+              f"| {summary} "
               f"| {window if placeholders else '–'} | {c['exit_layer']} of {c['n_layers']} "
               f"| {', '.join(f'{k}={v}' for k, v in extra.items()) or '–'} |")
     return "\n".join(lines)

@@ -216,8 +216,8 @@ def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
     K and the segmenter matter only for sentence blocks, N only for fixed-token blocks,
-    the ``<PST>`` summary only for block placeholders, the copy range and placeholder init only for methods with placeholders. Unknown
-    methods and other keys: always relevant.
+    the ``<PST>`` summary only for block placeholders, the copy range and placeholder init
+    only for methods with placeholders. Unknown methods and other keys: always relevant.
     """
     spec = METHODS.get(method)
     if spec is None:

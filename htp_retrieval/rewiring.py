@@ -31,9 +31,11 @@ class CopyPlan:
 
     local: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     global_: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    local_mean: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    """With block-mean summaries: ``(token_rows, token_positions, segment)``, each
-    ``[n_block_tokens]``; ``segment`` indexes the local copy that the token's block feeds.
+    local_mean: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    """With block-mean summaries: ``(token_rows, token_positions, segment, counts)``; the
+    first three are ``[n_block_tokens]`` (``segment`` indexes the local copy that the token's
+    block feeds), ``counts`` is ``[n_local_copies, 1]`` float32 block sizes, built once per
+    batch rather than at every copy layer.
     The local stage then writes the mean of each block's states instead of its last token's."""
 
     def to(self, device: torch.device | str) -> CopyPlan:
@@ -93,8 +95,10 @@ class CopyPlan:
                     t_pos.extend(range(dst + 1 + off, dst + 1 + size + off))
                     seg.extend([n] * size)
                     n += 1
-            local_mean = tuple(torch.tensor(x, dtype=torch.long, device=device)
-                               for x in (t_rows, t_pos, seg))
+            sizes = [max(1, size) for lay in layouts for size in lay.block_sizes]
+            local_mean = (*(torch.tensor(x, dtype=torch.long, device=device)
+                            for x in (t_rows, t_pos, seg)),
+                          torch.tensor(sizes, dtype=torch.float32, device=device).unsqueeze(1))
         elif summary != "last":
             raise ValueError(f"summary must be 'last' or 'mean', got {summary!r}")
         return cls(local=stage("local_copies"), global_=stage("global_copies"),
@@ -128,13 +132,12 @@ def apply_copies(hidden: torch.Tensor, plan: CopyPlan, *, inplace: bool = False)
     out = hidden if inplace else hidden.clone()
     rows, dst, src = plan.local
     if rows.numel() and plan.local_mean is not None:
-        t_rows, t_pos, seg = plan.local_mean
+        t_rows, t_pos, seg, counts = plan.local_mean
         sums = torch.zeros((rows.numel(), out.shape[-1]), dtype=torch.float32,
                            device=out.device)
         for a in range(0, t_rows.numel(), _MEAN_CHUNK_TOKENS):
             b = a + _MEAN_CHUNK_TOKENS
             sums.index_add_(0, seg[a:b], out[t_rows[a:b], t_pos[a:b]].float())
-        counts = torch.bincount(seg, minlength=rows.numel()).clamp(min=1).unsqueeze(1)
         out.index_put_((rows, dst), (sums / counts).to(out.dtype))
     elif rows.numel():
         out.index_put_((rows, dst), out[rows, src])

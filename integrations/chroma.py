@@ -469,7 +469,9 @@ WriteStatus = Literal["added", "updated", "unchanged"]
 """What :func:`write_batch` did with a document."""
 
 
-def write_batch(col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc]) -> list[str]:
+def write_batch(
+    col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc]
+) -> list[WriteStatus]:
     """Write accepted documents to a collection, idempotently (upsert by id).
 
     The batch is looked up by id first; documents already stored with the same text
@@ -490,7 +492,7 @@ def write_batch(col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc]) -
     got = col.get(ids=ids, include=["metadatas"])
     stored = {i: (m or {}).get("content_sha256")
               for i, m in zip(got["ids"], got["metadatas"] or [None] * len(got["ids"]), strict=True)}
-    statuses: list[str] = []
+    statuses: list[WriteStatus] = []
     todo = []
     for d in docs:
         if d.text is None:
