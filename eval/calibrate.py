@@ -108,7 +108,7 @@ def candidate_axes(n_layers: int) -> dict[str, list[Any]]:
         "output_layer": [-2, -1, -3, -(q + 1)],
         "window": windows,
         "summary": ["mean", "last"],
-        "max_blocks": [None, 16, 8, 4],
+        "max_blocks": [0, 32, 16, 8, 4],  # 0: fixed K
     }
 
 
@@ -150,7 +150,8 @@ def calibrate(
     n_layers = probe.n_layers
     cur: dict[str, Any] = dict(start or {"tp_start": probe.tp_start, "tp_exit": probe.tp_exit,
                                          "output_layer": probe.output_layer,
-                                         "summary": probe.summary, "max_blocks": None})
+                                         "summary": probe.summary,
+                                         "max_blocks": probe.max_blocks or 0})
     vanilla_at: dict[int, float] = {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}

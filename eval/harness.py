@@ -94,6 +94,9 @@ class EvalSettings:
         ns: N values, ints or ``"auto"`` (``[None]``: the method default).
         tp_start, tp_exit, output_layer: Layer overrides (``None``: the model preset).
         segmenter: Sentence segmenter name.
+        max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
+            this many blocks per document; ``None`` keeps the model preset (fixed K unless
+            the preset sets one), ``0`` forces fixed K.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.
@@ -115,6 +118,7 @@ class EvalSettings:
     tp_exit: int | None = None
     output_layer: int | None = None
     segmenter: str = "sentencizer"
+    max_blocks: int | None = None
     device: str = "auto"
     dtype: str = "bfloat16"
     padding_side: str = "right"
@@ -213,7 +217,8 @@ def result_name(
 
     The parts after the method appear only when set: ``len`` (max length; absent for a
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
-    ``k``, ``n``, ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
+    ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods),
+    ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
     (non-default synthetic tokenizer).
     """
@@ -226,6 +231,8 @@ def result_name(
         parts.append(f"k{point.k}")
     if point.n is not None:
         parts.append(f"n{point.n}")
+    if settings.max_blocks is not None and _spec_uses_k(point.method):
+        parts.append(f"mb{settings.max_blocks}")
     if settings.tp_start is not None or settings.tp_exit is not None:
         a, b = ("" if v is None else v for v in (settings.tp_start, settings.tp_exit))
         parts.append(f"tp{a}-{b}")  # an empty side is the model preset
@@ -384,6 +391,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
     enc = HTPEncoder(
         settings.model, point.method, k=point.k, tokens_per_block=point.n,
         segmenter=settings.segmenter,  # type: ignore[arg-type]
+        max_blocks=settings.max_blocks if _spec_uses_k(point.method) else None,
         max_length=point.max_length or item.context_length or 512,
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,

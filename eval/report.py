@@ -215,7 +215,8 @@ def _is_number(v: Any) -> bool:
 def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
-    K and the segmenter matter only for sentence blocks, N only for fixed-token blocks,
+    K, the adaptive-K budget (``max_blocks``) and the segmenter matter only for sentence
+    blocks, N only for fixed-token blocks,
     the ``<PST>`` summary only for block placeholders, the copy range and placeholder init
     only for methods with placeholders. Unknown methods and other keys: always relevant.
     """
@@ -223,7 +224,7 @@ def key_is_relevant(method: str, key: str) -> bool:
     if spec is None:
         return True
     blocks = spec.placeholders in ("local", "hierarchical")
-    if key in ("k", "segmenter"):
+    if key in ("k", "segmenter", "max_blocks"):
         return blocks and spec.blocks == "sentence"
     if key == "tokens_per_block":
         return blocks and spec.blocks == "tokens"

@@ -47,7 +47,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         model=args.model, methods=methods, max_lengths=max_lengths, ks=ks, ns=ns,
         tp_start=args.tp_start, tp_exit=args.tp_exit, output_layer=args.output_layer,
-        segmenter=args.segmenter, device=args.device, dtype=args.dtype,
+        segmenter=args.segmenter, max_blocks=args.max_blocks, device=args.device, dtype=args.dtype,
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
@@ -90,6 +90,39 @@ def cmd_segmenters(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_blocks(args: argparse.Namespace) -> int:
+    """``htp-retrieval blocks``: placeholder blocks per document, fixed K vs the K policy."""
+    import numpy as np
+
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.harness import resolve_data
+
+    try:
+        items = resolve_data(args.data, split=args.split)
+    except (FileNotFoundError, RuntimeError, ValueError) as e:
+        raise SystemExit(f"htp-retrieval blocks: {e}") from e
+    fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0,
+                       max_length=args.max_length)
+    policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
+                        max_blocks=args.max_blocks, max_length=args.max_length)
+    budget = policy.max_blocks
+    print(f"{args.method}, {args.max_length} text tokens, minimum K "
+          f"{policy.spec.sentences_per_block}, block budget {budget}")
+    print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max | docs over {budget} "
+          "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|")
+    for it in items:
+        texts = [it.data.doc_text(d) for d in it.data.corpus]
+        for rule, enc in (("fixed", fixed), (f"max_blocks={budget}", policy)):
+            lays = enc.build_layouts(texts)
+            n = np.array([len(lay.pst_positions) for lay in lays])
+            share = sum(lay.n_placeholders for lay in lays) / sum(lay.n_text_tokens for lay in lays)
+            over = int((n > budget).sum()) if budget else "-"
+            print(f"| {it.name}-{it.split} | {rule} | {len(n)} | {n.mean():.1f} "
+                  f"| {np.median(n):.0f} | {np.percentile(n, 95):.0f} | {n.max()} "
+                  f"| {over} | {share:.3f} |")
+    return 0
+
+
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="packaged name, .gguf path, local dir or hub id")
@@ -104,6 +137,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
         p.add_argument("--tokens-per-block", default=None,
                        help="N for htp-fixed-tokens; comma list; 'auto' = text tokens // "
                        "sentences per document (paper Fig. 7)")
+        p.add_argument("--max-blocks", type=int, default=None,
+                       help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
+                       "(K grows to ceil(sentences / B)); 0 = fixed K; default: model preset")
     else:
         p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
@@ -185,6 +221,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--names", default="regex,sentencizer,pysbd,spacy")
     p.add_argument("--max-docs", type=int, default=0)
     p.set_defaults(func=cmd_segmenters)
+
+    p = sub.add_parser("blocks", help="<PST>/<B-PST> blocks per document: fixed K vs adaptive K",
+                       description="Build the layouts of every document of a dataset and print "
+                       "the blocks per document with fixed K and with the K policy "
+                       "(max_blocks), and the placeholders' share of the text tokens.")
+    p.add_argument("--data", required=True, help="BEIR or LongEmbed folder, needle, passkey")
+    p.add_argument("--split", default="test")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--method", default="htp")
+    p.add_argument("--k", type=int, default=None, help="minimum sentences per block (K)")
+    p.add_argument("--max-blocks", type=int, default=None,
+                   help="block budget of the policy (default: the method's)")
+    p.add_argument("--max-length", type=int, default=512, help="max text tokens per document")
+    p.set_defaults(func=cmd_blocks)
 
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]

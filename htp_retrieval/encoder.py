@@ -141,8 +141,8 @@ class HTPEncoder:
             chosen by the diagnosis in docs/ANALYSIS.md; ``htp-last``: ``last``).
         max_blocks: Adaptive K: a per-document block budget; K grows to
             ``ceil(sentences / max_blocks)`` for long documents
-            (:func:`htp_retrieval.layout.adaptive_k`). ``None`` keeps K fixed (or takes the
-            preset's); ``0`` forces no budget over a preset.
+            (:func:`htp_retrieval.layout.adaptive_k`). ``None`` takes the preset's, else
+            the method's (``htp``: 32, :attr:`MethodSpec.max_blocks`); ``0`` forces fixed K.
         bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
@@ -201,7 +201,9 @@ class HTPEncoder:
         output_layer = pre.get("output_layer") if output_layer is None else output_layer
         if summary is None:
             summary = pre.get("summary") or get_method(method).summary
-        max_blocks = pre.get("max_blocks") if max_blocks is None else (max_blocks or None)
+        if max_blocks is None:
+            max_blocks = pre.get("max_blocks", get_method(method).max_blocks)
+        max_blocks = max_blocks or None
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)

@@ -50,6 +50,11 @@ class MethodSpec:
         summary: What each ``<PST>`` receives before a copy layer: ``last``, the state of
             its block's last token (the paper, Sec. 4.2), or ``mean``, the mean of its
             block's token states (this library's HTP default; docs/ANALYSIS.md).
+        max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
+            this many blocks per document, K growing to ``ceil(sentences / max_blocks)``
+            on longer documents; ``None`` keeps K fixed. ``htp`` ships 32: every SciFact
+            abstract (at most 24 sentences in 512 tokens) keeps K = 1, and long documents
+            get larger K, as the paper's Table 12 favours for them (Sec. 5.3).
         description: One line for the README's method table.
     """
 
@@ -61,6 +66,7 @@ class MethodSpec:
     sentences_per_block: int = 1
     tokens_per_block: TokensPerBlock = 32
     summary: Literal["last", "mean"] = "last"
+    max_blocks: int | None = None
     description: str = ""
 
     @property
@@ -110,9 +116,10 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("tp-sentence", "plain", "local", "mean",
                    description="A <PST> before each block of K sentences (local prepending "
                    "only), mean pooling."),
-        MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean",
+        MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean", max_blocks=32,
                    description="HTP: <PST> and <B-PST> per block of K sentences fed the "
-                   "block's mean state (local + global), early exit, mean pooling."),
+                   "block's mean state (local + global), at most 32 blocks per document "
+                   "(adaptive K), early exit, mean pooling."),
         MethodSpec("htp-last", "plain", "hierarchical", "mean", summary="last",
                    description="HTP exactly as the paper: <PST>/<B-PST> fed the block's "
                    "last-token state."),

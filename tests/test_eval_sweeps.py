@@ -133,3 +133,28 @@ def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
         main(["eval", "--data", str(tmp_path / "empty"), "--output", str(tmp_path)])
     with pytest.raises(SystemExit, match="'x' in '512,x' is not an integer"):
         main(["eval", "--data", "passkey", "--max-length", "512,x"])
+
+
+def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
+    s = EvalSettings(max_blocks=0)
+    assert result_name(RunPoint(get_method("htp"), 8192), s) == "htp__len8192__mb0.json"
+    assert result_name(RunPoint(get_method("vanilla-mean"), 8192), s) == \
+        "vanilla-mean__len8192.json"
+    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings()) == "htp__len8192.json"
+
+
+def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    long_doc = " ".join(f"Cell line {i} divides quickly." for i in range(40))
+    short_doc = " ".join(f"Cell line {i} divides quickly." for i in range(20))
+    htp = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    fixed = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_blocks=0)
+    paper = HTPEncoder(model, "htp-last", tokenizer=tok, dtype="float32")
+    assert htp.max_blocks == 32 and fixed.max_blocks is None and paper.max_blocks is None
+    assert htp.config()["max_blocks"] == 32 and "max_blocks" not in fixed.config()
+    # 40 sentences: K grows to ceil(40 / 32) = 2, so 20 blocks; fixed K = 1 keeps 40
+    assert len(htp.build_layouts([long_doc])[0].pst_positions) == 20
+    assert len(fixed.build_layouts([long_doc])[0].pst_positions) == 40
+    assert len(paper.build_layouts([long_doc])[0].pst_positions) == 40
+    # up to 32 sentences the budget changes nothing: the layout equals fixed K = 1
+    assert htp.build_layouts([short_doc]) == fixed.build_layouts([short_doc])

@@ -58,3 +58,20 @@ def test_cli_layout_prints_appendix_c_style(capsys) -> None:  # noqa: ANN001
     out = capsys.readouterr().out
     assert out.count("<B-PST>") == 2 and out.count("<PST>") == 2
     assert out.index("rieve") < out.index("<B-PST>")  # instruction kept in front
+
+
+QMSUM = os.path.abspath(os.path.join(SCIFACT, "..", "..", "longembed", "qmsum"))
+
+
+@pytest.mark.skipif(not os.path.isdir(QMSUM), reason="../shared/data missing")
+def test_blocks_command_keeps_qmsum_within_the_block_budget(capsys) -> None:  # noqa: ANN001
+    """``htp-retrieval blocks`` on real QMSum: adaptive K caps blocks, fixed K does not."""
+    assert main(["blocks", "--data", QMSUM, "--max-length", "512"]) == 0
+    rows = {r[1]: r for r in ([c.strip() for c in line.split("|")[1:-1]]
+                              for line in capsys.readouterr().out.splitlines()
+                              if line.startswith("| qmsum-test"))}
+    fixed, policy = rows["fixed"], rows["max_blocks=32"]
+    assert fixed[2] == policy[2] == "197"  # every document, under both rules
+    assert int(fixed[6]) > 32 and int(fixed[7]) > 0  # fixed K = 1: some documents exceed 32
+    assert int(policy[6]) <= 32 and policy[7] == "0"  # the policy: none does
+    assert float(policy[8]) < float(fixed[8])  # fewer placeholders per text token
