@@ -186,11 +186,13 @@ def encode_corpus(
                 if z["emb"].shape[0] == len(idx):
                     emb, part = z["emb"], json.loads(str(z["cost"]))
                     cost["resumed_chunks"] += 1
+                    bar.update(len(idx))
                 # else: a chunk cut with another size (an old meta.json): recompute it
             if emb is None:
                 c0 = time.process_time()
                 with PeakMemory(device) as mem:
-                    emb = encoder.encode([texts[i] for i in idx], instruction=instruction)
+                    emb = encoder.encode([texts[i] for i in idx], instruction=instruction,
+                                         progress=bar.update)  # the bar moves per batch
                 st = encoder.last_stats
                 part = {"seconds": mem.seconds, "cpu_seconds": time.process_time() - c0,
                         "text_tokens": st.text_tokens, "input_tokens": st.input_tokens,
@@ -208,7 +210,6 @@ def encode_corpus(
             if out is None:
                 out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
             out[idx] = emb
-            bar.update(len(idx))
     if out is None:
         out = np.zeros((0, getattr(encoder, "hidden_size", 0)), dtype=np.float32)
     return out, cost

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -531,6 +531,7 @@ class HTPEncoder:
         max_tokens_per_batch: int | None = None,
         show_progress_bar: bool = False,
         normalize: bool = False,
+        progress: Callable[[int], object] | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
@@ -545,6 +546,8 @@ class HTPEncoder:
             max_tokens_per_batch: Maximum padded tokens per batch (default: the encoder's).
             show_progress_bar: Show a tqdm bar over texts.
             normalize: L2-normalize the embeddings.
+            progress: Called after each batch with the number of texts it embedded (e.g. an
+                outer ``tqdm``'s ``update``), so a caller's bar moves per batch.
 
         Returns:
             ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
@@ -589,6 +592,8 @@ class HTPEncoder:
                 stats.padded_tokens += len(idx) * max(lengths[i] for i in idx)
                 stats.batches.append((len(idx), max(lengths[i] for i in idx)))
                 bar.update(len(idx))
+                if progress is not None:
+                    progress(len(idx))
         stats.total_seconds = time.perf_counter() - t0
         self.last_stats = stats
         return out

@@ -60,3 +60,14 @@ def test_chunk_size_must_be_positive(tiny_llama) -> None:  # noqa: ANN001
     enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
     with pytest.raises(ValueError, match="chunk_size"):
         encode_corpus(enc, ["a b."], ["d0"], chunk_size=0, show_progress_bar=False)
+
+
+def test_progress_is_reported_per_batch(tiny_llama) -> None:  # noqa: ANN001
+    """A caller's bar moves after every batch, not only after a whole chunk of documents."""
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", batch_size=3)
+    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    calls: list[int] = []
+    enc.encode(texts, progress=calls.append)
+    assert len(calls) == len(enc.last_stats.batches) >= 4  # at most 3 texts per batch
+    assert calls == [rows for rows, _ in enc.last_stats.batches] and sum(calls) == 11
