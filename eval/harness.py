@@ -95,8 +95,8 @@ class EvalSettings:
         tp_start, tp_exit, output_layer: Layer overrides (``None``: the model preset).
         segmenter: Sentence segmenter name.
         max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
-            this many blocks per document; ``None`` keeps the model preset (fixed K unless
-            the preset sets one), ``0`` forces fixed K.
+            this many blocks per document; ``None`` keeps the method's default (``htp``: 32;
+            :attr:`~htp_retrieval.methods.MethodSpec.max_blocks`), ``0`` forces fixed K.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.

@@ -108,7 +108,8 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     budget = policy.max_blocks
     print(f"{args.method}, {args.max_length} text tokens, minimum K "
           f"{policy.spec.sentences_per_block}, block budget {budget}")
-    print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max | docs over {budget} "
+    print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max "
+          f"| docs over {budget or 'budget'} "
           "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|")
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
@@ -139,7 +140,7 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
                        "sentences per document (paper Fig. 7)")
         p.add_argument("--max-blocks", type=int, default=None,
                        help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
-                       "(K grows to ceil(sentences / B)); 0 = fixed K; default: model preset")
+                       "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
     else:
         p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
