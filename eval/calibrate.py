@@ -78,21 +78,99 @@ class Calibration:
         p.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
 
 
-def load_preset(path: str | Path) -> dict[str, Any]:
-    """Encoder keyword arguments from a calibration preset JSON.
+def read_preset(path: str | Path) -> tuple[dict[str, Any], int | None]:
+    """The settings of a calibration preset JSON and the depth they were chosen on.
+
+    Args:
+        path: A file written by ``htp-retrieval calibrate`` (:meth:`Calibration.save`), or
+            any JSON object with a ``best`` object of :data:`PRESET_KEYS` (and optionally
+            ``n_layers``).
+
+    Returns:
+        ``(settings, n_layers)``: encoder keyword arguments, and the number of decoder
+        layers of the model they were calibrated on (``None`` if the file does not say).
 
     Raises:
         FileNotFoundError: if the file is missing.
-        ValueError: if it holds no ``best`` settings or unknown keys.
+        ValueError: if it is not JSON, holds no ``best`` settings, or has unknown keys.
     """
-    raw = json.loads(Path(path).read_text())
+    try:
+        raw = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not a calibration preset (invalid JSON: {e})") from None
     best = raw.get("best") if isinstance(raw, dict) else None
     if not isinstance(best, dict):
         raise ValueError(f"{path}: not a calibration preset (no 'best' settings)")
     bad = set(best) - set(PRESET_KEYS)
     if bad:
         raise ValueError(f"{path}: unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
-    return dict(best)
+    depth = raw.get("n_layers")
+    return dict(best), depth if isinstance(depth, int) and depth > 0 else None
+
+
+def scale_layers(settings: dict[str, Any], from_layers: int, to_layers: int) -> dict[str, Any]:
+    """Carry layer settings to a model of another depth, keeping their fraction of depth.
+
+    ``tp_start`` and ``tp_exit`` (and a non-negative ``output_layer``) become
+    ``round(value * to_layers / from_layers)``; a non-empty copy window stays non-empty and
+    within ``[0, to_layers]``. A negative ``output_layer`` counts from the top
+    (``-2``: second-to-last layer) and is kept as it is, as the paper's presets are written.
+    Other keys are copied unchanged. This is how a preset calibrated on one model is tried on
+    another (the paper's open question on layer transfer, Sec. 7).
+
+    Args:
+        settings: Encoder keyword arguments (:data:`PRESET_KEYS`).
+        from_layers: Decoder layers of the model the settings were chosen on.
+        to_layers: Decoder layers of the target model.
+
+    Returns:
+        A new dict.
+
+    Raises:
+        ValueError: if a depth is below 1.
+    """
+    if from_layers < 1 or to_layers < 1:
+        raise ValueError(f"depths must be >= 1, got from_layers={from_layers}, "
+                         f"to_layers={to_layers}")
+    out = dict(settings)
+    if from_layers == to_layers:
+        return out
+
+    def scale(v: int) -> int:
+        return min(to_layers, max(0, round(v * to_layers / from_layers)))
+
+    a, b = out.get("tp_start"), out.get("tp_exit")
+    if a is not None:
+        out["tp_start"] = max(scale(a), 1 if a >= 1 else 0)
+    if b is not None:
+        out["tp_exit"] = scale(b)
+        lo = out.get("tp_start") or 0
+        if a is not None and b > a and out["tp_exit"] <= lo:  # keep a non-empty window
+            out["tp_exit"] = min(to_layers, lo + 1)
+            out["tp_start"] = min(lo, out["tp_exit"] - 1)
+    o = out.get("output_layer")
+    if o is not None and o >= 0:
+        out["output_layer"] = scale(o)
+    return out
+
+
+def load_preset(path: str | Path, *, n_layers: int | None = None) -> dict[str, Any]:
+    """Encoder keyword arguments from a calibration preset JSON.
+
+    Args:
+        path: The preset file (see :func:`read_preset`).
+        n_layers: Decoder layers of the model it will be used with. When the preset was
+            calibrated on another depth, its layers are carried over by
+            :func:`scale_layers`; ``None`` returns them as written.
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        ValueError: if it holds no ``best`` settings or unknown keys.
+    """
+    best, depth = read_preset(path)
+    if n_layers is not None and depth is not None:
+        return scale_layers(best, depth, n_layers)
+    return best
 
 
 def candidate_axes(n_layers: int) -> dict[str, list[Any]]:

@@ -107,6 +107,9 @@ class EvalSettings:
             of the result name.
         synthetic_tokenizer: Tokenizer that measured synthetic lengths (``None``: default).
         verbose: Print the placeholder layout of one input per encoder.
+        preset: Calibration preset JSON (``htp-retrieval calibrate``) passed to every
+            encoder (:class:`~htp_retrieval.HTPEncoder` ``preset=``); part of the result
+            name (``preset-<file stem>``).
     """
 
     model: str = DEFAULT_MODEL
@@ -134,6 +137,7 @@ class EvalSettings:
     seed: int = 0
     synthetic_tokenizer: str | None = None
     verbose: bool = False
+    preset: str | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -219,6 +223,7 @@ def result_name(
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
     ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
+    ``preset-<stem>`` (a calibration preset),
     ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
     (non-default synthetic tokenizer).
     """
@@ -240,6 +245,8 @@ def result_name(
         parts.append(f"out{settings.output_layer}")
     if settings.segmenter != "sentencizer":
         parts.append(settings.segmenter)
+    if settings.preset:
+        parts.append("preset-" + _safe(Path(settings.preset).stem))
     if settings.max_queries or settings.max_docs:
         parts.append(f"q{settings.max_queries}d{settings.max_docs}s{settings.seed}")
     elif context_length is not None and settings.seed:
@@ -397,6 +404,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
         padding_side=settings.padding_side,  # type: ignore[arg-type]
         batch_size=settings.batch_size, max_tokens_per_batch=settings.max_tokens_per_batch,
+        preset=settings.preset,
     )
     if point.max_length is None and item.context_length is not None:
         assert isinstance(item.data, BeirData)

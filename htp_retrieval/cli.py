@@ -52,7 +52,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
         chunk_size=args.chunk_size, max_queries=args.max_queries, max_docs=args.max_docs,
-        seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose)
+        seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
+        preset=_preset_arg(args, "eval"))
     print(format_results(run_eval(items, settings)))
     return 0
 
@@ -63,10 +64,26 @@ def _command(args: argparse.Namespace) -> str:
     return "htp-retrieval " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
 
+def _preset_arg(args: argparse.Namespace, cmd: str) -> str | None:
+    """``--preset``, checked up front so a bad file fails before any model loads."""
+    if args.preset is None:
+        return None
+    from htp_retrieval.eval.calibrate import read_preset
+
+    try:
+        read_preset(args.preset)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"htp-retrieval {cmd}: --preset: {e}") from e
+    return str(args.preset)
+
+
 def cmd_layout(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length)
+    enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
+                     tp_start=args.tp_start, tp_exit=args.tp_exit,
+                     output_layer=args.output_layer, segmenter=args.segmenter,
+                     preset=_preset_arg(args, "layout"))
     print(enc.describe(args.text, instruction=args.instruction))
     return 0
 
@@ -150,6 +167,10 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
     p.add_argument("--tp-exit", type=int, default=None)
     p.add_argument("--output-layer", type=int, default=None,
                    help="early exit as hidden_states[i], e.g. -2")
+    p.add_argument("--preset", default=None,
+                   help="calibration preset JSON (htp-retrieval calibrate): copy layers, exit "
+                   "layer, summary, K policy; scaled to the model's depth if calibrated on "
+                   "another; explicit flags win")
     p.add_argument("--segmenter", default="sentencizer",
                    choices=["sentencizer", "spacy", "pysbd", "regex"])
     p.add_argument("--device", default="auto")

@@ -148,7 +148,11 @@ class HTPEncoder:
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
         preset: A calibration preset (``htp-retrieval calibrate`` JSON path, or a dict with
             keys among ``tp_start, tp_exit, output_layer, summary, max_blocks, k``); explicit
-            arguments win over it, and it wins over the model family's layer preset.
+            arguments win over it, and it wins over the model family's layer preset. A file
+            calibrated on a model of another depth has its copy layers scaled to this one's
+            (:func:`htp_retrieval.eval.calibrate.scale_layers`). Token Prepending takes only
+            its layers, and methods without placeholders (vanilla, Echo, PromptEOL) only its
+            ``output_layer``, so all stay comparable at the same exit layer.
         batch_size: Maximum texts per batch.
         max_tokens_per_batch: Maximum padded tokens per batch (rows x longest row).
         max_padding: Padding cap per row, as a fraction of its batch's width: batches are
@@ -188,17 +192,26 @@ class HTPEncoder:
         max_padding: float = 0.1,
     ) -> None:
         pre: dict[str, Any] = {}
+        pre_depth: int | None = None
+        self.preset: str | None = None
         if preset is not None:
-            from htp_retrieval.eval.calibrate import PRESET_KEYS, load_preset
+            from htp_retrieval.eval.calibrate import PRESET_KEYS, read_preset
 
-            pre = dict(preset) if isinstance(preset, dict) else load_preset(preset)
+            if isinstance(preset, dict):
+                pre = dict(preset)
+            else:
+                pre, pre_depth = read_preset(preset)
+                self.preset = str(preset)
             bad = set(pre) - set(PRESET_KEYS)
             if bad:
                 raise ValueError(f"unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
+            scheme = get_method(method).placeholders
+            if scheme not in ("local", "hierarchical"):
+                # Token Prepending takes the layers; no placeholders: only the exit layer
+                keep = ("tp_start", "tp_exit", "output_layer") if scheme == "tp" else (
+                    "output_layer",)
+                pre = {key: v for key, v in pre.items() if key in keep}
         k = pre.get("k") if k is None else k
-        tp_start = pre.get("tp_start") if tp_start is None else tp_start
-        tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
-        output_layer = pre.get("output_layer") if output_layer is None else output_layer
         if summary is None:
             summary = pre.get("summary") or get_method(method).summary
         if max_blocks is None:
@@ -223,6 +236,13 @@ class HTPEncoder:
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         self.n_layers = len(decoder_layers(self.model))
+        if pre_depth is not None and pre_depth != self.n_layers:
+            from htp_retrieval.eval.calibrate import scale_layers
+
+            pre = scale_layers(pre, pre_depth, self.n_layers)
+        tp_start = pre.get("tp_start") if tp_start is None else tp_start
+        tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
+        output_layer = pre.get("output_layer") if output_layer is None else output_layer
         preset = layer_preset(self.model.config.model_type)
         self.tp_start = preset.tp_start if tp_start is None else tp_start
         self.tp_exit = min(preset.tp_exit, self.n_layers) if tp_exit is None else tp_exit
@@ -626,6 +646,7 @@ class HTPEncoder:
             **({} if self.summary == "last" else {"summary": self.summary}),
             **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
             **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
+            **({"preset": self.preset} if self.preset else {}),
         }
 
 

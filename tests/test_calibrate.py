@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from htp_retrieval.eval.calibrate import candidate_axes, load_preset
+from htp_retrieval.eval.calibrate import candidate_axes, load_preset, scale_layers
 
 SCIFACT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
                                        "beir", "scifact"))
@@ -41,6 +41,39 @@ def test_preset_round_trip_and_precedence(tiny_llama, tmp_path) -> None:  # noqa
     bad.write_text("{}")
     with pytest.raises(ValueError, match="not a calibration preset"):
         load_preset(bad)
+
+
+def test_scale_layers_keeps_fraction_of_depth() -> None:
+    smol = {"tp_start": 1, "tp_exit": 15, "output_layer": -2, "summary": "mean", "max_blocks": 32}
+    # SmolLM2's first half (1-14 of 30) carried to Qwen2.5's 24 layers: 1-11, exit unchanged
+    assert scale_layers(smol, 30, 24) == {**smol, "tp_exit": 12}
+    assert scale_layers(smol, 30, 30) == smol and scale_layers(smol, 30, 30) is not smol
+    tiny = scale_layers({"tp_start": 1, "tp_exit": 2}, 30, 6)  # 1-1 of 30 -> still one layer
+    assert tiny == {"tp_start": 1, "tp_exit": 2}
+    assert scale_layers({"tp_start": 0, "tp_exit": 0, "output_layer": 29}, 30, 24) == \
+        {"tp_start": 0, "tp_exit": 0, "output_layer": 23}  # an empty window stays empty
+    with pytest.raises(ValueError, match="from_layers=0"):
+        scale_layers(smol, 0, 24)
+
+
+def test_preset_from_another_depth_is_scaled_per_method(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    from htp_retrieval.encoder import HTPEncoder
+
+    model, tok = tiny_llama  # 6 layers
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps({"n_layers": 12, "best": {
+        "tp_start": 2, "tp_exit": 8, "output_layer": -2, "summary": "mean", "max_blocks": 4}}))
+    assert load_preset(path)["tp_exit"] == 8  # as written without a target depth
+    assert load_preset(path, n_layers=6)["tp_exit"] == 4
+    enc = HTPEncoder(model, "htp-last", tokenizer=tok, preset=path)
+    assert (enc.tp_start, enc.tp_exit, enc.exit_layer) == (1, 4, 5)
+    assert enc.summary == "mean" and enc.max_blocks == 4
+    assert enc.config()["preset"] == str(path)
+    tp = HTPEncoder(model, "tp-mean", tokenizer=tok, preset=path)  # layers only
+    assert (tp.tp_start, tp.tp_exit, tp.exit_layer, tp.summary) == (1, 4, 5, "last")
+    van = HTPEncoder(model, "vanilla-mean", tokenizer=tok, preset=path)  # exit layer only
+    assert van.exit_layer == 5 and van.max_blocks is None
+    assert "summary" not in van.config() and "max_blocks" not in van.config()
 
 
 @pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")

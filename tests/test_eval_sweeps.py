@@ -125,6 +125,32 @@ def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert 0 <= saved["scores"]["Acc@1"] <= 100 and saved["counts"]["n_docs"] == 4
 
 
+@needs_scifact
+def test_eval_with_a_calibration_preset(tiny_dir, tmp_path, capsys) -> None:  # noqa: ANN001
+    preset = tmp_path / "from-12-layers.json"
+    preset.write_text(json.dumps({"n_layers": 12, "best": {
+        "tp_start": 2, "tp_exit": 8, "output_layer": -2, "summary": "mean", "max_blocks": 0}}))
+    out = tmp_path / "results"
+    argv = ["eval", "--data", SCIFACT, "--methods", "vanilla-mean,htp", "--max-length", "48",
+            "--max-queries", "2", "--max-docs", "5", "--model", tiny_dir, "--dtype", "float32",
+            "--output", str(out), "--quiet", "--preset", str(preset)]
+    assert main(argv) == 0
+    names = sorted(p.name for p in out.rglob("*.json"))
+    assert names == ["htp__len48__preset-from-12-layers__q2d5s0.json",
+                     "vanilla-mean__len48__preset-from-12-layers__q2d5s0.json"]
+    cfg = {p.name.split("__")[0]: json.loads(p.read_text())["config"] for p in out.rglob("*.json")}
+    assert (cfg["htp"]["tp_start"], cfg["htp"]["tp_exit"]) == (1, 4)  # scaled 12 -> 6 layers
+    assert cfg["htp"]["exit_layer"] == cfg["vanilla-mean"]["exit_layer"] == 5
+    assert "max_blocks" not in cfg["htp"] and cfg["htp"]["summary"] == "mean"
+    assert cfg["htp"]["preset"] == str(preset)
+    capsys.readouterr()
+    preset.write_text("{}")
+    with pytest.raises(SystemExit, match="--preset: .*not a calibration preset"):
+        main(argv)
+    with pytest.raises(SystemExit, match="--preset: .*No such file"):
+        main([*argv[:-1], str(tmp_path / "missing.json")])
+
+
 def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(SystemExit, match="'nfcorpus': no such file or folder"):
         main(["eval", "--data", "nfcorpus", "--output", str(tmp_path)])
