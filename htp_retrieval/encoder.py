@@ -199,12 +199,12 @@ class HTPEncoder:
 
             if isinstance(preset, dict):
                 pre = dict(preset)
-            else:
+                bad = set(pre) - set(PRESET_KEYS)
+                if bad:
+                    raise ValueError(f"unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
+            else:  # read_preset validates the keys
                 pre, pre_depth = read_preset(preset)
                 self.preset = str(preset)
-            bad = set(pre) - set(PRESET_KEYS)
-            if bad:
-                raise ValueError(f"unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
             scheme = get_method(method).placeholders
             if scheme not in ("local", "hierarchical"):
                 # Token Prepending takes the layers; no placeholders: only the exit layer
@@ -236,7 +236,7 @@ class HTPEncoder:
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         self.n_layers = len(decoder_layers(self.model))
-        if pre_depth is not None and pre_depth != self.n_layers:
+        if pre_depth is not None:  # a preset file calibrated on another depth is scaled
             from htp_retrieval.eval.calibrate import scale_layers
 
             pre = scale_layers(pre, pre_depth, self.n_layers)
