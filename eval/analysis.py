@@ -27,7 +27,8 @@ import numpy as np
 
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
-    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks", "bare_prefix",
+    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks",
+    "min_block_tokens", "bare_prefix",
     "dtype", "padding_side",
 }
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
@@ -299,7 +300,7 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
         summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
                    if key_is_relevant(c["method"], "summary") else "–")
-        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "bare_prefix", "k",
+        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "bare_prefix", "k",
                                    "placeholder_init") if k in c and (k != "k" or c[k] != 1)
                  and (k != "placeholder_init" or c[k] != "mean")}
         if c.get("document_instruction"):
@@ -313,6 +314,35 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
               f"| {window if placeholders else '–'} | {c['exit_layer']} of {c['n_layers']} "
               f"| {', '.join(f'{k}={v}' for k, v in extra.items()) or '–'} |")
     return "\n".join(lines)
+
+
+def parse_synthetic_spec(spec: str) -> tuple[str, int] | None:
+    """Parse an ``analyze ablate --data`` value of the form ``needle:<tokens>``.
+
+    Args:
+        spec: The ``--data`` value.
+
+    Returns:
+        ``(task, context_length)`` for ``needle:<n>`` / ``passkey:<n>`` (case-insensitive),
+        or ``None`` for anything else (a BEIR folder).
+
+    Raises:
+        ValueError: if the task is synthetic but the length is not a positive integer
+            number of tokens (the message quotes the value).
+    """
+    from htp_retrieval.eval.synthetic import SYNTHETIC_TASKS
+
+    task, sep, length = spec.strip().partition(":")
+    if not sep or task.lower() not in SYNTHETIC_TASKS:
+        return None
+    try:
+        n = int(length)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ValueError(f"--data {spec!r}: expected {task.lower()}:<context length in tokens>, "
+                         "e.g. passkey:256")
+    return task.lower(), n
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -331,13 +361,31 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         specs.extend(PRESETS[p])
     if not specs:
         raise SystemExit("give --variant name:key=value,... or --preset")
-    data = load_beir(args.data, split=args.split)
-    if args.max_queries or args.max_docs:
-        data = subsample(data, n_queries=args.max_queries or None,
-                         n_docs=args.max_docs or None, seed=args.seed)
-    tag = f"{data.name}-{args.split}" + (
-        f"-q{args.max_queries}d{args.max_docs}s{args.seed}" if args.max_queries or args.max_docs
-        else "")
+    synthetic = parse_synthetic_spec(args.data)
+    max_length = args.max_length
+    if synthetic is not None:
+        from htp_retrieval.eval.synthetic import generate
+
+        task, length = synthetic
+        # Candidates and queries as `eval --data <task>` generates them (100 and 50) unless
+        # --max-docs/--max-queries are given; max length = the context length.
+        n_docs = args.max_docs or 100
+        data = generate(task, length, seed=args.seed,  # type: ignore[arg-type]
+                        n_docs=n_docs, n_queries=min(args.max_queries or 50, n_docs))
+        max_length = length
+        tag = f"{task}-{length}-seed{args.seed}"
+    else:
+        if args.max_queries is None:
+            args.max_queries = 100
+        if args.max_docs is None:
+            args.max_docs = 400
+        data = load_beir(args.data, split=args.split)
+        if args.max_queries or args.max_docs:
+            data = subsample(data, n_queries=args.max_queries or None,
+                             n_docs=args.max_docs or None, seed=args.seed)
+        tag = f"{data.name}-{args.split}" + (
+            f"-q{args.max_queries}d{args.max_docs}s{args.seed}"
+            if args.max_queries or args.max_docs else "")
     out = Path(args.output) / args.model.replace("/", "__") / tag
     rows = []
     seen: set[str] = set()
@@ -350,7 +398,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
         else:
-            ekw.setdefault("max_length", args.max_length)
+            ekw.setdefault("max_length", max_length)
             enc = HTPEncoder(args.model, **ekw)
             qmethod = rkw.pop("query_method", None)
             qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
@@ -368,15 +416,71 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
+               baseline: str = "vanilla-mean", metric: str = "NDCG@10") -> str:
+    """Markdown table of one metric per variant across several result folders (seeds).
+
+    Args:
+        folders: ``(folder label, [(variant name, RetrievalResult), ...])`` per folder, e.g.
+            one folder per generation seed of ``analyze ablate --data passkey:256``.
+        baseline: Variant the ``Δ mean`` and ``folders ahead`` columns compare with.
+        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
+
+    Returns:
+        One row per variant (in first-seen order): the metric per folder (``–`` where the
+        folder lacks the variant), the mean over the folders that have it, its difference to
+        the baseline's mean over the same folders, and in how many of them the variant is
+        at or above the baseline.
+
+    Raises:
+        ValueError: if no folder has the baseline variant.
+    """
+    names: list[str] = []
+    scores: dict[str, dict[str, float]] = {}
+    for label, rows in folders:
+        for name, res in rows:
+            if name not in scores:
+                names.append(name)
+                scores[name] = {}
+            scores[name][label] = float(res.scores[metric])
+    if baseline not in scores:
+        raise ValueError(f"no folder has the baseline variant {baseline!r}; "
+                         f"variants: {', '.join(names)}")
+    labels = [label for label, _ in folders]
+    base = scores[baseline]
+    head = (f"| variant | {' | '.join(labels)} | mean | Δ mean vs {baseline} "
+            f"| at or above {baseline} |")
+    lines = [head, "|" + "---|" * (len(labels) + 4)]
+    names.sort(key=lambda n: n != baseline)
+    for name in names:
+        sc = scores[name]
+        both = [lab for lab in labels if lab in sc and lab in base]
+        mean = float(np.mean([sc[lab] for lab in labels if lab in sc]))
+        delta = float(np.mean([sc[lab] - base[lab] for lab in both])) if both else float("nan")
+        ahead = sum(sc[lab] >= base[lab] for lab in both)
+        cells = " | ".join(f"{sc[lab]:.2f}" if lab in sc else "–" for lab in labels)
+        lines.append(f"| {name} | {cells} | {mean:.2f} | {delta:+.2f} | {ahead} of {len(both)} |")
+    return "\n".join(lines)
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from htp_retrieval.eval.retrieval import RetrievalResult
 
-    folder = Path(args.folder)
-    results = [(p.stem, RetrievalResult.load(p)) for p in sorted(folder.glob("*.json"))]
-    if not results:
-        raise SystemExit(f"no results JSON in {folder}")
-    results.sort(key=lambda r: (r[0] != args.baseline, r[1].created))
-    print(ablation_table(results))
+    folders = []
+    for f in args.folder:
+        folder = Path(f)
+        results = [(p.stem, RetrievalResult.load(p)) for p in sorted(folder.glob("*.json"))]
+        if not results:
+            raise SystemExit(f"no results JSON in {folder}")
+        results.sort(key=lambda r: (r[0] != args.baseline, r[1].created))
+        folders.append((folder.name, results))
+    if len(folders) == 1:
+        print(ablation_table(folders[0][1]))
+        return 0
+    try:
+        print(seed_table(folders, baseline=args.baseline, metric=args.metric))
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval analyze table: {e}") from e
     return 0
 
 
@@ -403,22 +507,33 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--methods", default="tp-mean,tp-sentence,htp-last,htp")
     q.set_defaults(func=cmd_drift)
 
-    q = asub.add_parser("ablate", help="score named encoder variants on a BEIR split")
+    q = asub.add_parser("ablate", help="score named encoder variants on a BEIR split, or on "
+                        "needle/passkey generated at one length (--data passkey:256)")
     common(q)
     q.add_argument("--variant", action="append",
                    help="name:key=value,... (keys: " + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS))
                    + ")")
     q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
-    q.add_argument("--max-queries", type=int, default=100)
-    q.add_argument("--max-docs", type=int, default=400)
-    q.add_argument("--max-length", type=int, default=512)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--max-queries", type=int, default=None,
+                   help="BEIR: subsample queries (default 100, 0: all); needle/passkey: "
+                   "queries (default 50)")
+    q.add_argument("--max-docs", type=int, default=None,
+                   help="BEIR: relevant documents + distractors (default 400, 0: all); "
+                   "needle/passkey: candidate documents (default 100)")
+    q.add_argument("--max-length", type=int, default=512,
+                   help="max text tokens (BEIR data; needle/passkey use the context length)")
+    q.add_argument("--seed", type=int, default=0,
+                   help="subsampling seed; needle/passkey: generation seed")
     q.add_argument("--threads", type=int, default=0)
     q.add_argument("--overwrite", action="store_true")
     q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_ablate)
 
-    q = asub.add_parser("table", help="print the ablation table of a results folder")
-    q.add_argument("folder", help="e.g. results/analysis/<model>/scifact-train-q300d500s0")
+    q = asub.add_parser("table", help="print the ablation table of a results folder, or one "
+                        "metric across several folders (seeds) with means")
+    q.add_argument("folder", nargs="+",
+                   help="e.g. results/analysis/<model>/scifact-train-q300d500s0; several: "
+                   "results/analysis/<model>/passkey-256-seed{0,1,2}")
     q.add_argument("--baseline", default="vanilla-mean", help="first row (deltas against it)")
+    q.add_argument("--metric", default="NDCG@10", help="score across folders (several folders)")
     q.set_defaults(func=cmd_table)

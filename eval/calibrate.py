@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "k",
+PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "min_block_tokens", "k",
                "bare_prefix")
 
 

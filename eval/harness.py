@@ -97,6 +97,8 @@ class EvalSettings:
         max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
             this many blocks per document; ``None`` keeps the method's default (``htp``: 32;
             :attr:`~htp_retrieval.methods.MethodSpec.max_blocks`), ``0`` forces fixed K.
+        min_block_tokens: Adaptive K's density cap T (at most one block per T text tokens);
+            ``None`` keeps the method's default, ``0`` turns the cap off.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.
@@ -122,6 +124,7 @@ class EvalSettings:
     output_layer: int | None = None
     segmenter: str = "sentencizer"
     max_blocks: int | None = None
+    min_block_tokens: int | None = None
     device: str = "auto"
     dtype: str = "bfloat16"
     padding_side: str = "right"
@@ -238,6 +241,8 @@ def result_name(
         parts.append(f"n{point.n}")
     if settings.max_blocks is not None and _spec_uses_k(point.method):
         parts.append(f"mb{settings.max_blocks}")
+    if settings.min_block_tokens is not None and _spec_uses_k(point.method):
+        parts.append(f"mbt{settings.min_block_tokens}")
     if settings.tp_start is not None or settings.tp_exit is not None:
         a, b = ("" if v is None else v for v in (settings.tp_start, settings.tp_exit))
         parts.append(f"tp{a}-{b}")  # an empty side is the model preset
@@ -399,6 +404,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         settings.model, point.method, k=point.k, tokens_per_block=point.n,
         segmenter=settings.segmenter,  # type: ignore[arg-type]
         max_blocks=settings.max_blocks if _spec_uses_k(point.method) else None,
+        min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
         max_length=point.max_length or item.context_length or 512,
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,

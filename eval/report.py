@@ -215,16 +215,16 @@ def _is_number(v: Any) -> bool:
 def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
-    K, the adaptive-K budget (``max_blocks``) and the segmenter matter only for sentence
-    blocks, N only for fixed-token blocks,
-    the ``<PST>`` summary only for block placeholders, the copy range and placeholder init
-    only for methods with placeholders. Unknown methods and other keys: always relevant.
+    K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``) and the segmenter
+    matter only for sentence blocks, N only for fixed-token blocks, the ``<PST>`` summary
+    only for block placeholders, the copy range and placeholder init only for methods with
+    placeholders. Unknown methods and other keys: always relevant.
     """
     spec = METHODS.get(method)
     if spec is None:
         return True
     blocks = spec.placeholders in ("local", "hierarchical")
-    if key in ("k", "segmenter", "max_blocks"):
+    if key in ("k", "segmenter", "max_blocks", "min_block_tokens"):
         return blocks and spec.blocks == "sentence"
     if key == "tokens_per_block":
         return blocks and spec.blocks == "tokens"

@@ -47,7 +47,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         model=args.model, methods=methods, max_lengths=max_lengths, ks=ks, ns=ns,
         tp_start=args.tp_start, tp_exit=args.tp_exit, output_layer=args.output_layer,
-        segmenter=args.segmenter, max_blocks=args.max_blocks, device=args.device, dtype=args.dtype,
+        segmenter=args.segmenter, max_blocks=args.max_blocks,
+        min_block_tokens=args.min_block_tokens, device=args.device, dtype=args.dtype,
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
@@ -118,19 +119,23 @@ def cmd_blocks(args: argparse.Namespace) -> int:
         items = resolve_data(args.data, split=args.split)
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval blocks: {e}") from e
-    fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0,
+    fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0, min_block_tokens=0,
                        max_length=args.max_length)
     policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
-                        max_blocks=args.max_blocks, max_length=args.max_length)
+                        max_blocks=args.max_blocks, min_block_tokens=args.min_block_tokens,
+                        max_length=args.max_length)
     budget = policy.max_blocks
+    dense = policy.min_block_tokens
     print(f"{args.method}, {args.max_length} text tokens, minimum K "
-          f"{policy.spec.sentences_per_block}, block budget {budget}")
+          f"{policy.spec.sentences_per_block}, block budget {budget}"
+          + (f", at least {dense} text tokens per block" if dense else ""))
     print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max "
           f"| docs over {budget or 'budget'} "
           "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|")
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
-        for rule, enc in (("fixed", fixed), (f"max_blocks={budget}", policy)):
+        rule_name = f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
+        for rule, enc in (("fixed", fixed), (rule_name, policy)):
             lays = enc.build_layouts(texts)
             n = np.array([len(lay.pst_positions) for lay in lays])
             share = sum(lay.n_placeholders for lay in lays) / sum(lay.n_text_tokens for lay in lays)
@@ -158,6 +163,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
         p.add_argument("--max-blocks", type=int, default=None,
                        help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
                        "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
+        p.add_argument("--min-block-tokens", type=int, default=None,
+                       help="adaptive K density cap T: at most one block per T text tokens "
+                       "(budget min(B, tokens // T)); 0 = no cap; default: the method's")
     else:
         p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
@@ -255,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=None, help="minimum sentences per block (K)")
     p.add_argument("--max-blocks", type=int, default=None,
                    help="block budget of the policy (default: the method's)")
+    p.add_argument("--min-block-tokens", type=int, default=None,
+                   help="density cap of the policy: at most one block per T text tokens "
+                   "(default: the method's; 0: none)")
     p.add_argument("--max-length", type=int, default=512, help="max text tokens per document")
     p.set_defaults(func=cmd_blocks)
 

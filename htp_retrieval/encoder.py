@@ -143,6 +143,10 @@ class HTPEncoder:
             ``ceil(sentences / max_blocks)`` for long documents
             (:func:`htp_retrieval.layout.adaptive_k`). ``None`` takes the preset's, else
             the method's (``htp``: 32, :attr:`MethodSpec.max_blocks`); ``0`` forces fixed K.
+        min_block_tokens: Adaptive K's density cap T: at most one block per T text tokens
+            (``max(1, tokens // T)`` blocks), so texts of very short sentences do not get a
+            placeholder every few tokens (docs/ANALYSIS.md section 10). ``None`` takes the
+            preset's, else the method's (:attr:`MethodSpec.min_block_tokens`); ``0``: no cap.
         bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
@@ -184,6 +188,7 @@ class HTPEncoder:
         keep_sink: bool = True,
         summary: Summary | None = None,
         max_blocks: int | None = None,
+        min_block_tokens: int | None = None,
         preset: str | Path | dict[str, Any] | None = None,
         bare_prefix: str | None = None,
         batch_size: int = 32,
@@ -217,6 +222,9 @@ class HTPEncoder:
         if max_blocks is None:
             max_blocks = pre.get("max_blocks", get_method(method).max_blocks)
         max_blocks = max_blocks or None
+        if min_block_tokens is None:
+            min_block_tokens = pre.get("min_block_tokens", get_method(method).min_block_tokens)
+        min_block_tokens = min_block_tokens or None
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
@@ -280,6 +288,9 @@ class HTPEncoder:
         if max_blocks is not None and max_blocks < 1:
             raise ValueError(f"max_blocks must be >= 1 or None, got {max_blocks}")
         self.max_blocks = max_blocks
+        if min_block_tokens is not None and min_block_tokens < 1:
+            raise ValueError(f"min_block_tokens must be >= 1 or None, got {min_block_tokens}")
+        self.min_block_tokens = min_block_tokens
         self.sink_id = sink
         self.sink_ids: tuple[int, ...] = (sink,) if sink is not None and keep_sink else ()
         self.template = self._template_ids()
@@ -367,9 +378,10 @@ class HTPEncoder:
                         for offs, starts in zip(offs_all, starts_all)]
             blocks = [
                 sentence_block_starts(
-                    si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks)
+                    si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks,
+                                   n_tokens=len(ids), min_block_tokens=self.min_block_tokens)
                 )
-                for si in sent_idx
+                for si, ids in zip(sent_idx, ids_all)
             ]
             if auto_n:  # same <PST> budget as the sentence blocks, cut every N tokens
                 blocks = [
@@ -645,6 +657,8 @@ class HTPEncoder:
             **({} if self.keep_sink else {"keep_sink": False}),
             **({} if self.summary == "last" else {"summary": self.summary}),
             **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
+            **({} if self.min_block_tokens is None else
+               {"min_block_tokens": self.min_block_tokens}),
             **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
             **({"preset": self.preset} if self.preset else {}),
         }

@@ -134,30 +134,53 @@ def count_sentences(sentence_index: Sequence[int]) -> int:
     return sum(1 for i, s in enumerate(sentence_index) if i == 0 or s != sentence_index[i - 1])
 
 
-def adaptive_k(n_sentences: int, k: int = 1, max_blocks: int | None = None) -> int:
-    """K for one document under a block budget (adaptive K, docs/ANALYSIS.md).
+def adaptive_k(
+    n_sentences: int,
+    k: int = 1,
+    max_blocks: int | None = None,
+    *,
+    n_tokens: int | None = None,
+    min_block_tokens: int | None = None,
+) -> int:
+    """K for one document under a block budget (adaptive K, docs/ANALYSIS.md section 8).
 
     The paper finds K = 1 best for short documents and larger K for long ones, as too many
     ``<B-PST>`` tokens push the model out of distribution (Sec. 5.3, Table 12). This policy
-    keeps K at its minimum ``k`` until the document would need more than ``max_blocks``
-    blocks, then grows it: ``K = max(k, ceil(n_sentences / max_blocks))``, so a document
-    never gets more than ``max_blocks`` ``<PST>``/``<B-PST>`` pairs.
+    keeps K at its minimum ``k`` until the document would need more than its budget of
+    blocks, then grows it: ``K = max(k, ceil(n_sentences / budget))``, so a document never
+    gets more than ``budget`` ``<PST>``/``<B-PST>`` pairs. The budget is ``max_blocks``;
+    with ``min_block_tokens = T`` it is also at most ``max(1, n_tokens // T)``, so a text of
+    very short sentences (passkey filler, lists) gets no more than one block per T text
+    tokens on average (the placeholder density, docs/ANALYSIS.md section 10).
 
     Args:
         n_sentences: Sentences in the (truncated) document.
         k: Minimum sentences per block (K >= 1).
-        max_blocks: Block budget per document; ``None`` keeps K fixed.
+        max_blocks: Block budget per document; ``None``: no cap on the count.
+        n_tokens: Text tokens in the (truncated) document; needed with
+            ``min_block_tokens``.
+        min_block_tokens: T, text tokens per block on average at least; ``None``: no
+            density cap.
 
     Raises:
-        ValueError: if ``k < 1`` or ``max_blocks < 1``.
+        ValueError: if ``k < 1``, ``max_blocks < 1``, ``min_block_tokens < 1``, or
+            ``min_block_tokens`` is given without ``n_tokens``.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if max_blocks is None:
-        return k
-    if max_blocks < 1:
+    if max_blocks is not None and max_blocks < 1:
         raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
-    return max(k, -(-n_sentences // max_blocks))
+    budget = max_blocks
+    if min_block_tokens is not None:
+        if min_block_tokens < 1:
+            raise ValueError(f"min_block_tokens must be >= 1, got {min_block_tokens}")
+        if n_tokens is None:
+            raise ValueError("min_block_tokens needs n_tokens (the document's text tokens)")
+        dense = max(1, n_tokens // min_block_tokens)
+        budget = dense if budget is None else min(budget, dense)
+    if budget is None:
+        return k
+    return max(k, -(-n_sentences // budget))
 
 
 def token_block_starts(n_tokens: int, n: int) -> list[int]:

@@ -55,6 +55,8 @@ class MethodSpec:
             on longer documents; ``None`` keeps K fixed. ``htp`` ships 32: every SciFact
             abstract (at most 24 sentences in 512 tokens) keeps K = 1, and long documents
             get larger K, as the paper's Table 12 favours for them (Sec. 5.3).
+        min_block_tokens: Adaptive K's density cap T (:func:`htp_retrieval.layout.adaptive_k`):
+            at most one block per T text tokens; ``None``: no cap.
         description: One line for the README's method table.
     """
 
@@ -67,6 +69,7 @@ class MethodSpec:
     tokens_per_block: TokensPerBlock = 32
     summary: Literal["last", "mean"] = "last"
     max_blocks: int | None = None
+    min_block_tokens: int | None = None
     description: str = ""
 
     @property

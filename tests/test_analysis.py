@@ -106,3 +106,61 @@ def test_ablate_pairing_shares_one_corpus_encode(tiny_llama, tmp_path, capsys) -
     assert paired["cost"]["resumed_chunks"] >= 1  # the corpus came from the first variant
     assert paired["config"]["query_config"]["method"] == "tp-mean"
     assert "htp-tp-queries" in capsys.readouterr().out
+
+
+def test_parse_synthetic_spec() -> None:
+    from htp_retrieval.eval.analysis import parse_synthetic_spec
+
+    assert parse_synthetic_spec("passkey:256") == ("passkey", 256)
+    assert parse_synthetic_spec("Needle:1024") == ("needle", 1024)
+    assert parse_synthetic_spec("../shared/data/beir/scifact") is None
+    assert parse_synthetic_spec("C:/data/scifact") is None  # a path with a colon
+    with pytest.raises(ValueError, match="passkey:<context length"):
+        parse_synthetic_spec("passkey:long")
+    with pytest.raises(ValueError, match="needle:<context length"):
+        parse_synthetic_spec("needle:0")
+
+
+def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """``analyze ablate --data passkey:<n>`` generates the task and scores each variant."""
+    import json
+
+    from htp_retrieval.cli import main
+
+    model, tok = tiny_llama
+    mdir = tmp_path / "tiny"
+    model.save_pretrained(mdir)
+    tok.save_pretrained(mdir)
+    out = tmp_path / "analysis"
+    rc = main(["analyze", "ablate", "--model", str(mdir), "--data", "passkey:64", "--seed", "3",
+               "--max-docs", "6", "--max-queries", "3", "--quiet", "--output", str(out),
+               "--variant", "vanilla:method=vanilla-mean",
+               "--variant", "htp:method=htp", "--variant", "htp-k1:method=htp,max_blocks=0"])
+    assert rc == 0
+    folder = next(out.glob("*/passkey-64-seed3"))
+    for name in ("vanilla", "htp", "htp-k1"):
+        res = json.loads((folder / f"{name}.json").read_text())
+        assert res["counts"] == {"n_docs": 6, "n_queries": 3, "n_qrels": 3}
+        assert res["config"]["max_length"] == 64  # the context length, not --max-length
+        assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
+    assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
+    assert "max_blocks" not in json.loads((folder / "htp-k1.json").read_text())["config"]  # fixed K
+
+
+def test_seed_table_means_and_wins() -> None:
+    from types import SimpleNamespace
+
+    from htp_retrieval.eval.analysis import seed_table
+
+    def r(v: float) -> SimpleNamespace:
+        return SimpleNamespace(scores={"NDCG@10": v})
+
+    table = seed_table([("s0", [("vanilla-mean", r(20.0)), ("htp", r(30.0))]),
+                        ("s1", [("htp", r(10.0)), ("vanilla-mean", r(20.0))]),
+                        ("s2", [("vanilla-mean", r(40.0))])])
+    rows = table.splitlines()
+    assert rows[0].startswith("| variant | s0 | s1 | s2 | mean |")
+    assert rows[2] == "| vanilla-mean | 20.00 | 20.00 | 40.00 | 26.67 | +0.00 | 3 of 3 |"
+    assert rows[3] == "| htp | 30.00 | 10.00 | – | 20.00 | +0.00 | 1 of 2 |"
+    with pytest.raises(ValueError, match="baseline variant 'bm25'"):
+        seed_table([("s0", [("htp", r(1.0))])], baseline="bm25")

@@ -94,3 +94,25 @@ def test_calibrate_cli_writes_loadable_preset(tmp_path) -> None:
     assert enc.tp_exit == raw["best"]["tp_exit"]
     with pytest.raises(SystemExit, match="test split"):
         main(["calibrate", "--data", SCIFACT, "--split", "test", "--output", str(out)])
+
+
+def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa: ANN001
+    """The density cap of adaptive K, from the argument or a preset, in the layouts."""
+    from htp_retrieval.encoder import HTPEncoder
+
+    model, tok = tiny_llama
+    text = " ".join(["The sky is blue."] * 30)  # many very short sentences
+    base = HTPEncoder(model, "htp", tokenizer=tok, max_length=256)
+    n_text = base.build_layouts([text])[0].n_text_tokens
+    dense = len(base.build_layouts([text])[0].pst_positions)
+    capped = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, min_block_tokens=32)
+    lay = capped.build_layouts([text])[0]
+    assert lay.n_text_tokens == n_text
+    assert len(lay.pst_positions) <= max(1, n_text // 32) < dense
+    assert capped.config()["min_block_tokens"] == 32
+    assert "min_block_tokens" not in base.config()  # default runs keep their keys
+    via_preset = HTPEncoder(model, "htp", tokenizer=tok, max_length=256,
+                            preset={"min_block_tokens": 32})
+    assert via_preset.build_layouts([text])[0].pst_positions == lay.pst_positions
+    with pytest.raises(ValueError, match="min_block_tokens"):
+        HTPEncoder(model, "htp", tokenizer=tok, min_block_tokens=-4)

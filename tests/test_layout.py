@@ -118,3 +118,22 @@ def test_adaptive_k_caps_blocks() -> None:
     assert k == 3 and len(sentence_block_starts(si, k)) == 2
     with pytest.raises(ValueError, match="max_blocks"):
         adaptive_k(5, 1, 0)
+
+
+def test_adaptive_k_density_cap() -> None:
+    """``min_block_tokens = T``: at most ``max(1, tokens // T)`` blocks (section 10)."""
+    from htp_retrieval.layout import adaptive_k
+
+    # passkey-like: 50 sentences of 5 tokens in 250 tokens
+    assert adaptive_k(50, 1, 32, n_tokens=250) == 2  # no cap: ceil(50 / 32)
+    assert adaptive_k(50, 1, 32, n_tokens=250, min_block_tokens=64) == 17  # 3 blocks: ceil(50 / 3)
+    assert adaptive_k(50, 1, None, n_tokens=250, min_block_tokens=64) == 17  # cap alone
+    # SciFact-like: 9 sentences in 300 tokens stay at K = 1 under T = 32
+    assert adaptive_k(9, 1, 32, n_tokens=300, min_block_tokens=32) == 1
+    # the count budget still applies when it is the tighter one
+    assert adaptive_k(400, 1, 32, n_tokens=8000, min_block_tokens=64) == 13  # ceil(400 / 32)
+    assert adaptive_k(3, 1, 32, n_tokens=10, min_block_tokens=64) == 3  # one block at least
+    with pytest.raises(ValueError, match="min_block_tokens must be"):
+        adaptive_k(5, 1, 32, n_tokens=100, min_block_tokens=0)
+    with pytest.raises(ValueError, match="needs n_tokens"):
+        adaptive_k(5, 1, 32, min_block_tokens=16)
