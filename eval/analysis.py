@@ -300,8 +300,8 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
         summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
                    if key_is_relevant(c["method"], "summary") else "–")
-        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "bare_prefix", "k",
-                                   "placeholder_init") if k in c and (k != "k" or c[k] != 1)
+        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "bare_prefix",
+                                   "k", "placeholder_init") if k in c and (k != "k" or c[k] != 1)
                  and (k != "placeholder_init" or c[k] != "mean")}
         if c.get("document_instruction"):
             extra["document_instruction"] = "task instruction"
@@ -423,7 +423,7 @@ def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
     Args:
         folders: ``(folder label, [(variant name, RetrievalResult), ...])`` per folder, e.g.
             one folder per generation seed of ``analyze ablate --data passkey:256``.
-        baseline: Variant the ``Δ mean`` and ``folders ahead`` columns compare with.
+        baseline: Variant the ``Δ mean`` and ``at or above`` columns compare with.
         metric: Score key (``NDCG@10``, ``Acc@1``, ...).
 
     Returns:

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks", "min_block_tokens", "k",
-               "bare_prefix")
+PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks",
+               "min_block_tokens", "k", "bare_prefix")
 
 
 @dataclass
