@@ -139,8 +139,9 @@ def encode_corpus(
         ids: Document ids, ``[n_docs]`` (part of the fingerprint).
         instruction: Document instruction.
         checkpoint_dir: Folder for chunk files (``None``: no checkpointing).
-        chunk_size: Documents per chunk. A resumed folder keeps the chunk size it was
-            started with, so changing this never discards finished chunks.
+        chunk_size: Documents per chunk. A resumed folder that holds finished chunks keeps
+            the chunk size they were cut with, so changing this never discards them; a
+            folder with no finished chunk yet takes the new size.
         device: Device string for :class:`PeakMemory`.
         show_progress_bar: One tqdm bar over documents.
 
@@ -164,8 +165,10 @@ def encode_corpus(
         old = json.loads(meta.read_text()) if meta.exists() else {}
         if ckpt.exists() and old.get("fp") != fp:
             shutil.rmtree(ckpt)
-        elif old.get("chunk_size") and old["chunk_size"] != chunk_size:
+        elif (old.get("chunk_size") and old["chunk_size"] != chunk_size
+              and any(ckpt.glob("chunk_*.npz"))):
             # Finished chunks were cut with the stored size: resume with it, losing nothing.
+            # (With no finished chunk yet, the requested size wins.)
             chunk_size = int(old["chunk_size"])
         ckpt.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))

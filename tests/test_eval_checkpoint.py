@@ -55,6 +55,25 @@ def test_resume_with_another_chunk_size_keeps_finished_chunks(tiny_llama, tmp_pa
     assert len(list(ckpt.glob("chunk_*.npz"))) == 3
 
 
+def test_new_chunk_size_wins_when_no_chunk_is_finished(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """A run killed before its first chunk leaves only meta.json; a rerun with a smaller
+    ``--chunk-size`` then checkpoints with the new size instead of the stale one."""
+    import json
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    ids = [f"d{i}" for i in range(11)]
+    ckpt = tmp_path / "ckpt"
+    encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=1024, show_progress_bar=False)
+    for f in ckpt.glob("chunk_*.npz"):  # as if killed before the first chunk finished
+        f.unlink()
+    assert json.loads((ckpt / "meta.json").read_text())["chunk_size"] == 1024
+    encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4, show_progress_bar=False)
+    assert json.loads((ckpt / "meta.json").read_text())["chunk_size"] == 4
+    assert len(list(ckpt.glob("chunk_*.npz"))) == 3  # ceil(11 / 4)
+
+
 def test_chunk_size_must_be_positive(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
