@@ -364,14 +364,14 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     synthetic = parse_synthetic_spec(args.data)
     max_length = args.max_length
     if synthetic is not None:
-        from htp_retrieval.eval.synthetic import generate
+        from htp_retrieval.eval.harness import resolve_data
 
         task, length = synthetic
-        # Candidates and queries as `eval --data <task>` generates them (100 and 50) unless
-        # --max-docs/--max-queries are given; max length = the context length.
-        n_docs = args.max_docs or 100
-        data = generate(task, length, seed=args.seed,  # type: ignore[arg-type]
-                        n_docs=n_docs, n_queries=min(args.max_queries or 50, n_docs))
+        # exactly the data `eval --data <task> --context-lengths <length> --seed S` scores;
+        # max length = the context length
+        (item,) = resolve_data(task, seed=args.seed, context_lengths=[length],
+                               max_queries=args.max_queries or 0, max_docs=args.max_docs or 0)
+        data = item.data
         max_length = length
         tag = f"{task}-{length}-seed{args.seed}"
     else:

@@ -132,9 +132,9 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max "
           f"| docs over {budget or 'budget'} "
           "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|")
+    rule_name = f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
-        rule_name = f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
         for rule, enc in (("fixed", fixed), (rule_name, policy)):
             lays = enc.build_layouts(texts)
             n = np.array([len(lay.pst_positions) for lay in lays])

@@ -151,7 +151,7 @@ class HTPEncoder:
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
         preset: A calibration preset (``htp-retrieval calibrate`` JSON path, or a dict with
-            keys among ``tp_start, tp_exit, output_layer, summary, max_blocks, k``); explicit
+            keys among :data:`htp_retrieval.eval.calibrate.PRESET_KEYS`); explicit
             arguments win over it, and it wins over the model family's layer preset. A file
             calibrated on a model of another depth has its copy layers scaled to this one's
             (:func:`htp_retrieval.eval.calibrate.scale_layers`). Token Prepending takes only
