@@ -345,6 +345,24 @@ def parse_synthetic_spec(spec: str) -> tuple[str, int] | None:
     return task.lower(), n
 
 
+def config_diff(stored: dict[str, Any], current: dict[str, Any]) -> str:
+    """Encoder settings where a stored result's config differs from ``current``.
+
+    Args:
+        stored: ``config`` of a saved result (keys absent count as ``None`` on both sides,
+            as :meth:`HTPEncoder.config` omits settings at their off value; its run keys,
+            such as the instructions, are not compared).
+        current: :meth:`HTPEncoder.config` of the encoder the variant builds now.
+
+    Returns:
+        ``"key: stored -> current, ..."``, empty when they agree.
+    """
+    keys = sorted(set(current) | (set(stored) & ENCODER_KEYS))
+    diffs = [f"{k}: {stored.get(k)!r} -> {current.get(k)!r}" for k in keys
+             if stored.get(k) != current.get(k)]
+    return ", ".join(diffs)
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     import torch
 
@@ -395,13 +413,19 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             continue
         seen.add(name)
         path = out / f"{name}.json"
+        ekw.setdefault("max_length", max_length)
+        enc = HTPEncoder(args.model, **ekw)
+        qmethod = rkw.pop("query_method", None)
+        qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
+            diff = config_diff(res.config, enc.config())
+            if diff:
+                raise SystemExit(
+                    f"{path} holds variant {name!r} made with other encoder settings "
+                    f"({diff}), e.g. under an earlier default; pass --overwrite to recompute "
+                    "it with the current ones, or give the variant another name")
         else:
-            ekw.setdefault("max_length", max_length)
-            enc = HTPEncoder(args.model, **ekw)
-            qmethod = rkw.pop("query_method", None)
-            qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
             # Variants that differ only on the query side share one corpus encode: the
             # corpus is checkpointed under a key of the document encoder's config.
             key = json.dumps([enc.config(), rkw.get("document_instruction")], sort_keys=True)

@@ -187,6 +187,7 @@ def candidate_axes(n_layers: int) -> dict[str, list[Any]]:
         "window": windows,
         "summary": ["mean", "last"],
         "max_blocks": [0, 32, 16, 8, 4],  # 0: fixed K
+        "min_block_tokens": [64, 0, 32, 128],  # density cap T; 0: none
     }
 
 
@@ -229,7 +230,8 @@ def calibrate(
     cur: dict[str, Any] = dict(start or {"tp_start": probe.tp_start, "tp_exit": probe.tp_exit,
                                          "output_layer": probe.output_layer,
                                          "summary": probe.summary,
-                                         "max_blocks": probe.max_blocks or 0})
+                                         "max_blocks": probe.max_blocks or 0,
+                                         "min_block_tokens": probe.min_block_tokens or 0})
     vanilla_at: dict[int, float] = {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}

@@ -174,6 +174,23 @@ def _spec_uses_k(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "sentence"
 
 
+def effective_min_block_tokens(spec: MethodSpec, settings: EvalSettings) -> int | None:
+    """The density cap T a run of ``spec`` uses, as its result name records it.
+
+    ``--min-block-tokens`` wins (``0``: no cap); else the method's default
+    (:attr:`MethodSpec.min_block_tokens`, 64 for ``htp``). Under a calibration preset
+    without the flag the preset decides and the name carries the preset instead.
+    ``None`` for methods without sentence blocks and for uncapped runs, so results of
+    ``htp`` made before T became its default (no cap) keep their names: they are the
+    ``--min-block-tokens 0`` variant.
+    """
+    if not _spec_uses_k(spec):
+        return None
+    if settings.min_block_tokens is not None:
+        return settings.min_block_tokens or None
+    return None if settings.preset else spec.min_block_tokens
+
+
 def _spec_uses_n(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
 
@@ -225,6 +242,7 @@ def result_name(
     The parts after the method appear only when set: ``len`` (max length; absent for a
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
     ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods),
+    ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
     ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
@@ -241,8 +259,9 @@ def result_name(
         parts.append(f"n{point.n}")
     if settings.max_blocks is not None and _spec_uses_k(point.method):
         parts.append(f"mb{settings.max_blocks}")
-    if settings.min_block_tokens is not None and _spec_uses_k(point.method):
-        parts.append(f"mbt{settings.min_block_tokens}")
+    mbt = effective_min_block_tokens(point.method, settings)
+    if mbt is not None:
+        parts.append(f"mbt{mbt}")
     if settings.tp_start is not None or settings.tp_exit is not None:
         a, b = ("" if v is None else v for v in (settings.tp_start, settings.tp_exit))
         parts.append(f"tp{a}-{b}")  # an empty side is the model preset

@@ -266,10 +266,29 @@ def varying_keys(records: Sequence[ResultRecord], *, exclude: Iterable[str] = ()
     return out
 
 
+def _spec_defaults(method: str) -> dict[str, Any]:
+    """Config values of ``method``'s shipped defaults, for the keys a spec fixes."""
+    spec = METHODS.get(method)
+    if spec is None:
+        return {}
+    return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
+            "summary": spec.summary, "max_blocks": spec.max_blocks,
+            "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer"}
+
+
 def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
-    """``method`` plus its relevant varying settings, e.g. ``htp (k=4)``."""
-    parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in keys
-             if key_is_relevant(record.method, k)]
+    """``method`` plus its relevant varying settings, e.g. ``htp (k=4)``.
+
+    Where settings are listed and every one of them is the method's shipped default
+    (:class:`~htp_retrieval.methods.MethodSpec`), the label says so:
+    ``htp (min_block_tokens=64, default)``. Settings a spec does not fix (copy layers, exit
+    layer: they come from the model preset) leave the label unmarked.
+    """
+    rel = [k for k in keys if key_is_relevant(record.method, k)]
+    parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in rel]
+    defaults = _spec_defaults(record.method)
+    if rel and all(k in defaults and record.config.get(k) == defaults[k] for k in rel):
+        parts.append("default")
     return record.method + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -135,12 +135,14 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     rule_name = f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
+        label = f"{it.name}-{it.split}" + (
+            f" @{it.context_length}" if it.context_length is not None else "")
         for rule, enc in (("fixed", fixed), (rule_name, policy)):
             lays = enc.build_layouts(texts)
             n = np.array([len(lay.pst_positions) for lay in lays])
             share = sum(lay.n_placeholders for lay in lays) / sum(lay.n_text_tokens for lay in lays)
             over = int((n > budget).sum()) if budget else "-"
-            print(f"| {it.name}-{it.split} | {rule} | {len(n)} | {n.mean():.1f} "
+            print(f"| {label} | {rule} | {len(n)} | {n.mean():.1f} "
                   f"| {np.median(n):.0f} | {np.percentile(n, 95):.0f} | {n.max()} "
                   f"| {over} | {share:.3f} |")
     return 0

@@ -56,7 +56,11 @@ class MethodSpec:
             abstract (at most 24 sentences in 512 tokens) keeps K = 1, and long documents
             get larger K, as the paper's Table 12 favours for them (Sec. 5.3).
         min_block_tokens: Adaptive K's density cap T (:func:`htp_retrieval.layout.adaptive_k`):
-            at most one block per T text tokens; ``None``: no cap.
+            at most one block per T text tokens; ``None``: no cap. ``htp`` ships 64: text of
+            very short sentences (passkey filler, 4-5 tokens each) otherwise gets a
+            placeholder every few tokens, which costs more than the copies give
+            (docs/ANALYSIS.md, section 10); documents of 2048 text tokens or more are
+            unaffected (32 blocks either way).
         description: One line for the README's method table.
     """
 
@@ -120,9 +124,10 @@ METHODS: dict[str, MethodSpec] = {
                    description="A <PST> before each block of K sentences (local prepending "
                    "only), mean pooling."),
         MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean", max_blocks=32,
+                   min_block_tokens=64,
                    description="HTP: <PST> and <B-PST> per block of K sentences fed the "
-                   "block's mean state (local + global), at most 32 blocks per document "
-                   "(adaptive K), early exit, mean pooling."),
+                   "block's mean state (local + global), at most 32 blocks and one block "
+                   "per 64 text tokens per document (adaptive K), early exit, mean pooling."),
         MethodSpec("htp-last", "plain", "hierarchical", "mean", summary="last",
                    description="HTP exactly as the paper: <PST>/<B-PST> fed the block's "
                    "last-token state."),

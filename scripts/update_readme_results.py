@@ -12,6 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from htp_retrieval.eval.harness import EvalSettings, RunPoint, result_name
 from htp_retrieval.methods import METHODS
 
 RESULTS = Path("results/smollm2-135m-instruct/scifact-test")
@@ -20,7 +21,9 @@ MARK = re.compile(r"(<!-- scifact-full:start -->\n).*?(<!-- scifact-full:end -->
 
 def main() -> None:
     """Rewrite the block between the ``scifact-full`` markers of README.md."""
-    done = [m for m in METHODS if (RESULTS / f"{m}__len512.json").exists()]
+    # each method's file under the shipped defaults (htp's name carries its density cap)
+    done = [m for m, spec in METHODS.items()
+            if (RESULTS / result_name(RunPoint(spec, 512), EvalSettings())).exists()]
     missing = [m for m in METHODS if m not in done]
     cmd = ["htp-retrieval", "eval", "--data", "../shared/data/beir/scifact",
            "--methods", ",".join(done)]

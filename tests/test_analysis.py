@@ -145,6 +145,16 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
         assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
     assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
     assert "max_blocks" not in json.loads((folder / "htp-k1.json").read_text())["config"]  # fixed K
+    # a stored variant is reused only if made with the same encoder settings: a name whose
+    # meaning changed (here: "htp" without the density cap) is refused, and nothing is lost
+    before = (folder / "htp.json").read_bytes()
+    base = ["analyze", "ablate", "--model", str(mdir), "--data", "passkey:64", "--seed", "3",
+            "--max-docs", "6", "--max-queries", "3", "--quiet", "--output", str(out)]
+    assert main([*base, "--variant", "htp:method=htp"]) == 0  # same settings: reused
+    with pytest.raises(SystemExit, match=r"htp\.json holds variant 'htp'.*min_block_tokens: "
+                       r"64 -> None.*--overwrite"):
+        main([*base, "--variant", "htp:method=htp,min_block_tokens=0"])
+    assert (folder / "htp.json").read_bytes() == before
 
 
 def test_seed_table_means_and_wins() -> None:

@@ -296,3 +296,24 @@ def test_summary_default_and_relevance(tmp_path: Path) -> None:
     assert key_is_relevant("htp", "summary") and key_is_relevant("tp-sentence", "summary")
     assert not key_is_relevant("vanilla-mean", "summary")
     assert not key_is_relevant("tp-mean", "summary")
+
+
+def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
+    """Rows whose listed settings are all the method's shipped defaults say ``default``."""
+    from htp_retrieval.eval.report import read_result, variant_label
+
+    def rec(name: str, **cfg: object) -> object:
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
+                                 "config": {"model": MODEL, "k": 1, **cfg}}))
+        return read_result(f)
+
+    shipped = rec("a", method="htp", summary="mean", max_blocks=32, min_block_tokens=64)
+    uncapped = rec("b", method="htp", summary="mean", max_blocks=32)
+    paper = rec("c", method="htp-last")
+    keys = ["min_block_tokens"]
+    assert variant_label(shipped, keys) == "htp (min_block_tokens=64, default)"
+    assert variant_label(uncapped, keys) == "htp (min_block_tokens=none)"
+    assert variant_label(paper, ["summary"]) == "htp-last (summary=last, default)"
+    assert variant_label(shipped, []) == "htp"  # nothing listed, nothing to mark
+    assert variant_label(shipped, ["tp_start"]) == "htp (tp_start=none)"  # not a spec setting

@@ -53,17 +53,22 @@ def test_result_names_keep_the_existing_scheme() -> None:
     assert result_name(RunPoint(get_method("vanilla-mean"), 512), s) == \
         "vanilla-mean__len512__q30d200s0.json"
     assert result_name(RunPoint(get_method("htp"), 512, 4), EvalSettings(segmenter="spacy")) == \
-        "htp__len512__k4__spacy.json"
+        "htp__len512__k4__mbt64__spacy.json"  # htp's density cap T = 64 is in the name
+    assert result_name(RunPoint(get_method("htp"), 512), EvalSettings(min_block_tokens=0)) == \
+        "htp__len512.json"  # no cap: the name of htp results made before T = 64 was default
     synth = result_name(RunPoint(get_method("htp"), None, None), EvalSettings(seed=2),
                         context_length=4096)
-    assert synth == "htp__ctx4096__seed2.json"
+    assert synth == "htp__ctx4096__mbt64__seed2.json"
+    assert result_name(RunPoint(get_method("htp-last"), 512), EvalSettings()) == \
+        "htp-last__len512.json"  # the paper's HTP has no cap
 
 
 def test_auto_tokens_per_block_matches_sentence_count(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     text = ("The cell divides quickly. Proteins fold in many ways under stress. Results were "
             "significant in mice and in rats. We repeat it.")
-    sent = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32").build_layouts([text])[0]
+    sent = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32",
+                      min_block_tokens=0).build_layouts([text])[0]
     fixed = HTPEncoder(model, "htp-fixed-tokens", tokenizer=tok, dtype="float32",
                        tokens_per_block="auto")
     lay = fixed.build_layouts([text])[0]
@@ -91,7 +96,7 @@ def test_max_length_and_k_sweep_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     files = sorted(p.name for p in out.rglob("*.json"))
     assert files == sorted(
         [f"vanilla-mean__len{n}__q2d5s0.json" for n in (48, 96)]
-        + [f"htp__len{n}__k{k}__q2d5s0.json" for n in (48, 96) for k in (1, 2)])
+        + [f"htp__len{n}__k{k}__mbt64__q2d5s0.json" for n in (48, 96) for k in (1, 2)])
     for p in out.rglob("*.json"):
         saved = json.loads(p.read_text())
         assert saved["config"]["command"].startswith("htp-retrieval eval --data")
@@ -163,18 +168,23 @@ def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
 
 def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
     s = EvalSettings(max_blocks=0)
-    assert result_name(RunPoint(get_method("htp"), 8192), s) == "htp__len8192__mb0.json"
+    assert result_name(RunPoint(get_method("htp"), 8192), s) == "htp__len8192__mb0__mbt64.json"
     assert result_name(RunPoint(get_method("vanilla-mean"), 8192), s) == \
         "vanilla-mean__len8192.json"
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings()) == "htp__len8192.json"
+    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings()) == \
+        "htp__len8192__mbt64.json"
+    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(preset="p.json")) == \
+        "htp__len8192__preset-p.json"  # the preset decides T
 
 
 def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     long_doc = " ".join(f"Cell line {i} divides quickly." for i in range(40))
     short_doc = " ".join(f"Cell line {i} divides quickly." for i in range(20))
-    htp = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
-    fixed = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_blocks=0)
+    # the block budget B alone (T = 0): the density cap is tested in test_calibrate
+    htp = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", min_block_tokens=0)
+    fixed = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_blocks=0,
+                       min_block_tokens=0)
     paper = HTPEncoder(model, "htp-last", tokenizer=tok, dtype="float32")
     assert htp.max_blocks == 32 and fixed.max_blocks is None and paper.max_blocks is None
     assert htp.config()["max_blocks"] == 32 and "max_blocks" not in fixed.config()
