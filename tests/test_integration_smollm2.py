@@ -54,10 +54,15 @@ def test_cli_eval_writes_and_reuses_results(tmp_path, capsys) -> None:  # noqa: 
 
 
 def test_cli_layout_prints_appendix_c_style(capsys) -> None:  # noqa: ANN001
-    assert main(["layout", "First claim here. Second one!", "--instruction", "Retrieve"]) == 0
-    out = capsys.readouterr().out
+    text = "First claim here. Second one!"
+    assert main(["layout", text, "--instruction", "Retrieve", "--method", "htp-last"]) == 0
+    out = capsys.readouterr().out  # the paper's HTP: one block per sentence (K = 1)
     assert out.count("<B-PST>") == 2 and out.count("<PST>") == 2
     assert out.index("rieve") < out.index("<B-PST>")  # instruction kept in front
+    assert main(["layout", text, "--instruction", "Retrieve"]) == 0
+    out = capsys.readouterr().out  # shipped htp: 7 text tokens < T = 64, so one block
+    assert out.count("<B-PST>") == 1 and out.count("<PST>") == 1
+    assert out.index("rieve") < out.index("<B-PST>")
 
 
 QMSUM = os.path.abspath(os.path.join(SCIFACT, "..", "..", "longembed", "qmsum"))
@@ -70,7 +75,7 @@ def test_blocks_command_keeps_qmsum_within_the_block_budget(capsys) -> None:  # 
     rows = {r[1]: r for r in ([c.strip() for c in line.split("|")[1:-1]]
                               for line in capsys.readouterr().out.splitlines()
                               if line.startswith("| qmsum-test"))}
-    fixed, policy = rows["fixed"], rows["max_blocks=32"]
+    fixed, policy = rows["fixed"], rows["max_blocks=32, min_block_tokens=64"]  # shipped
     assert fixed[2] == policy[2] == "197"  # every document, under both rules
     assert int(fixed[6]) > 32 and int(fixed[7]) > 0  # fixed K = 1: some documents exceed 32
     assert int(policy[6]) <= 32 and policy[7] == "0"  # the policy: none does
