@@ -416,7 +416,6 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         ekw.setdefault("max_length", max_length)
         enc = HTPEncoder(args.model, **ekw)
         qmethod = rkw.pop("query_method", None)
-        qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
             diff = config_diff(res.config, enc.config())
@@ -426,6 +425,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                     f"({diff}), e.g. under an earlier default; pass --overwrite to recompute "
                     "it with the current ones, or give the variant another name")
         else:
+            qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
             # Variants that differ only on the query side share one corpus encode: the
             # corpus is checkpointed under a key of the document encoder's config.
             key = json.dumps([enc.config(), rkw.get("document_instruction")], sort_keys=True)
