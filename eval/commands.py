@@ -74,6 +74,7 @@ def cmd_mteb(args: argparse.Namespace) -> int:
     import mteb
     import torch
 
+    from htp_retrieval.cli import _preset_arg
     from htp_retrieval.eval.mteb_model import HTPMtebEncoder
     from htp_retrieval.eval.mteb_tasks import resolve_tasks
 
@@ -89,7 +90,8 @@ def cmd_mteb(args: argparse.Namespace) -> int:
         k=args.k, tokens_per_block=args.tokens_per_block, segmenter=args.segmenter,
         max_length=args.max_length, tp_start=args.tp_start, tp_exit=args.tp_exit,
         output_layer=args.output_layer, dtype=args.dtype, batch_size=args.batch_size,
-        max_tokens_per_batch=args.max_tokens_per_batch,
+        max_tokens_per_batch=args.max_tokens_per_batch, max_blocks=args.max_blocks,
+        min_block_tokens=args.min_block_tokens, preset=_preset_arg(args, "mteb"),
     )
     try:
         results = mteb.evaluate(

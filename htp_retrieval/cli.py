@@ -82,6 +82,8 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
     enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
+                     tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
+                     min_block_tokens=args.min_block_tokens,
                      tp_start=args.tp_start, tp_exit=args.tp_exit,
                      output_layer=args.output_layer, segmenter=args.segmenter,
                      preset=_preset_arg(args, "layout"))
@@ -162,17 +164,17 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
         p.add_argument("--tokens-per-block", default=None,
                        help="N for htp-fixed-tokens; comma list; 'auto' = text tokens // "
                        "sentences per document (paper Fig. 7)")
-        p.add_argument("--max-blocks", type=int, default=None,
-                       help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
-                       "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
-        p.add_argument("--min-block-tokens", type=int, default=None,
-                       help="adaptive K density cap T: at most one block per T text tokens "
-                       "(budget min(B, tokens // T)); 0 = no cap; default: the method's")
     else:
         p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
         p.add_argument("--tokens-per-block", type=int, default=None,
                        help="N for htp-fixed-tokens")
+    p.add_argument("--max-blocks", type=int, default=None,
+                   help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
+                   "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
+    p.add_argument("--min-block-tokens", type=int, default=None,
+                   help="adaptive K density cap T: at most one block per T text tokens "
+                   "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
     p.add_argument("--tp-start", type=int, default=None)
     p.add_argument("--tp-exit", type=int, default=None)
     p.add_argument("--output-layer", type=int, default=None,

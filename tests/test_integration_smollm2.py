@@ -63,6 +63,9 @@ def test_cli_layout_prints_appendix_c_style(capsys) -> None:  # noqa: ANN001
     out = capsys.readouterr().out  # shipped htp: 7 text tokens < T = 64, so one block
     assert out.count("<B-PST>") == 1 and out.count("<PST>") == 1
     assert out.index("rieve") < out.index("<B-PST>")
+    assert main(["layout", text, "--instruction", "Retrieve", "--min-block-tokens", "0"]) == 0
+    out = capsys.readouterr().out  # without the density cap: one block per sentence again
+    assert out.count("<B-PST>") == 2 and out.count("<PST>") == 2
 
 
 QMSUM = os.path.abspath(os.path.join(SCIFACT, "..", "..", "longembed", "qmsum"))
