@@ -543,16 +543,20 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
         return None
     rs0 = sets[0]
     score = rs0.main_score or ""
-    fig, (ax,) = _pyplot_free_figure((7, 4.5))
-    for label, pts in series.items():
+    fig, (ax,) = _pyplot_free_figure((11, 4.5))
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(series) <= 10 else "tab20"]
+    for i, (label, pts) in enumerate(series.items()):
         xs, ys = zip(*sorted(pts))
-        ax.plot(xs, ys, marker="o", label=label)
+        ax.plot(xs, ys, marker="o", label=label, color=cmap(i % cmap.N))
     _log2_axis(ax, lengths)
     ax.set_xlabel(f"{_length_label(rs0.length_key)} (tokens)")
     ax.set_ylabel(score)
     ax.set_title(f"{rs0.model} / {rs0.dataset}: {score} vs {_length_label(rs0.length_key)}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    # outside the axes, so a dozen variants never hide the lines
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
 
 
