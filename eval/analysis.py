@@ -1,6 +1,7 @@
 """Diagnosis of HTP on a given model: sink norms, state drift, and ablation runs.
 
-Three commands (``htp-retrieval analyze norms | drift | ablate``) back docs/ANALYSIS.md:
+Five commands (``htp-retrieval analyze norms | drift | ablate | table | paired``) back
+docs/ANALYSIS.md:
 
 * ``norms``: per layer, the hidden-state norm of the sink (position 0), the ``<B-PST>`` and
   ``<PST>`` tokens and the copy sources, as multiples of the median text-token norm. It
@@ -10,6 +11,9 @@ Three commands (``htp-retrieval analyze norms | drift | ablate``) back docs/ANAL
   rewiring moves the states that mean pooling reads.
 * ``ablate``: named encoder variants (method, layers, exit, K, placeholder init, sink,
   document instruction) scored on a BEIR split, one results JSON per variant.
+* ``table``: the ablation table of a results folder, or one metric across seeds.
+* ``paired``: per-query paired differences (bootstrap interval, Wilcoxon) and scores split
+  by needle position (:mod:`htp_retrieval.eval.paired`).
 """
 
 from __future__ import annotations
@@ -368,6 +372,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.data import load_beir, subsample
+    from htp_retrieval.eval.harness import SYNTHETIC_METRICS, finish_synthetic
     from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
 
     if args.threads:
@@ -431,7 +436,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             key = json.dumps([enc.config(), rkw.get("document_instruction")], sort_keys=True)
             corpus = out / "corpus.partial" / hashlib.sha256(key.encode()).hexdigest()[:16]
             res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
-                                query_encoder=qenc, checkpoint_dir=corpus, **rkw)
+                                query_encoder=qenc, checkpoint_dir=corpus,
+                                chunk_size=args.chunk_size,
+                                metrics=SYNTHETIC_METRICS if synthetic else None, **rkw)
+            if synthetic is not None:
+                finish_synthetic(res, data)
             res.config.update(variant=name, variant_spec=spec, command=_command())
             res.save(path)
         rows.append((name, res))
@@ -509,7 +518,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    """Register ``htp-retrieval analyze {norms,drift,ablate}``."""
+    """Register ``htp-retrieval analyze {norms,drift,ablate,table,paired}``."""
     p = sub.add_parser("analyze", help="diagnosis: sink norms, drift, ablations (issue 6)")
     asub = p.add_subparsers(dest="analysis", required=True)
 
@@ -549,6 +558,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--seed", type=int, default=0,
                    help="subsampling seed; needle/passkey: generation seed")
     q.add_argument("--threads", type=int, default=0)
+    q.add_argument("--chunk-size", type=int, default=1024,
+                   help="documents per corpus checkpoint chunk (an interrupted run resumes "
+                   "from the finished chunks)")
     q.add_argument("--overwrite", action="store_true")
     q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_ablate)
@@ -561,3 +573,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--baseline", default="vanilla-mean", help="first row (deltas against it)")
     q.add_argument("--metric", default="NDCG@10", help="score across folders (several folders)")
     q.set_defaults(func=cmd_table)
+
+    from htp_retrieval.eval.paired import add_parser as add_paired
+
+    add_paired(asub)

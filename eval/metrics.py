@@ -9,14 +9,14 @@ LABELS = {"ndcg_cut_10": "NDCG@10", "recall_100": "Recall@100", "map_cut_10": "M
           "recip_rank": "MRR"}
 
 
-def evaluate_run(
+def evaluate_per_query(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
     *,
     metrics: Iterable[str] = DEFAULT_METRICS,
     ignore_identical_ids: bool = True,
-) -> dict[str, float]:
-    """Score a run with pytrec_eval, averaged over queries, in percent (0-100).
+) -> dict[str, dict[str, float]]:
+    """Score a run with pytrec_eval, one row per query, in percent (0-100).
 
     Args:
         qrels: ``query_id -> {doc_id: relevance}``; every relevant document counts.
@@ -26,8 +26,8 @@ def evaluate_run(
             BEIR's ``EvaluateRetrieval`` does (ArguAna/Quora style self-matches).
 
     Returns:
-        ``{label: value}`` with labels such as ``"NDCG@10"``; queries missing from the run
-        score 0, as in BEIR.
+        ``{query_id: {label: value}}`` for every query in ``qrels`` (labels such as
+        ``"NDCG@10"``); a query missing from the run scores 0 on every metric, as in BEIR.
 
     Raises:
         ImportError: if pytrec_eval is missing.
@@ -42,10 +42,39 @@ def evaluate_run(
     qrels_ = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items()}
     run_ = {q: {d: float(s) for d, s in docs.items()} for q, docs in run.items() if q in qrels_}
     evaluator = pytrec_eval.RelevanceEvaluator(qrels_, set(metrics))
-    per_query = evaluator.evaluate(run_)
-    n = len(qrels_)
-    out = {}
-    for m in metrics:
-        total = sum(per_query.get(q, {}).get(m, 0.0) for q in qrels_)
-        out[LABELS.get(m, m)] = 100.0 * total / n if n else 0.0
-    return out
+    raw = evaluator.evaluate(run_)
+    return {q: {LABELS.get(m, m): 100.0 * raw.get(q, {}).get(m, 0.0) for m in metrics}
+            for q in qrels_}
+
+
+def mean_scores(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Average :func:`evaluate_per_query` rows over queries (``{}`` for no queries)."""
+    if not per_query:
+        return {}
+    labels = next(iter(per_query.values())).keys()
+    n = len(per_query)
+    return {m: sum(row[m] for row in per_query.values()) / n for m in labels}
+
+
+def evaluate_run(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    *,
+    metrics: Iterable[str] = DEFAULT_METRICS,
+    ignore_identical_ids: bool = True,
+) -> dict[str, float]:
+    """Score a run with pytrec_eval, averaged over queries, in percent (0-100).
+
+    Same arguments as :func:`evaluate_per_query`, whose rows it averages.
+
+    Returns:
+        ``{label: value}`` with labels such as ``"NDCG@10"``; queries missing from the run
+        score 0, as in BEIR. With no queries in ``qrels`` every metric is 0.
+
+    Raises:
+        ImportError: if pytrec_eval is missing.
+    """
+    metrics = list(metrics)
+    rows = evaluate_per_query(qrels, run, metrics=metrics,
+                              ignore_identical_ids=ignore_identical_ids)
+    return mean_scores(rows) or {LABELS.get(m, m): 0.0 for m in metrics}

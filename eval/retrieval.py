@@ -17,7 +17,7 @@ import numpy as np
 
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData
-from htp_retrieval.eval.metrics import evaluate_run
+from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
 from htp_retrieval.methods import task_instructions
 
 
@@ -36,6 +36,12 @@ class RetrievalResult:
         counts: ``n_docs``, ``n_queries``, ``n_qrels``.
         versions: Package versions and platform.
         created: Unix time of the run.
+        per_query: ``query_id -> {metric label: value}`` in percent, the rows that
+            :attr:`scores` averages (for paired comparisons; empty in results written
+            before it was recorded).
+        query_meta: ``query_id -> facts`` the rows can be split by, e.g. for needle and
+            passkey the relevant document, the seeded needle ``depth`` (0..1) and its
+            ``n_tokens``.
     """
 
     dataset: str
@@ -46,6 +52,8 @@ class RetrievalResult:
     counts: dict[str, int]
     versions: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    query_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
@@ -272,8 +280,9 @@ def run_retrieval(
     qstats = qenc.last_stats
     q_cpu = time.process_time() - c0
     run = top_k_run(q_emb, d_emb, qids, dids)
-    scores = (evaluate_run(data.qrels, run) if metrics is None
-              else evaluate_run(data.qrels, run, metrics=metrics))
+    per_query = (evaluate_per_query(data.qrels, run) if metrics is None
+                 else evaluate_per_query(data.qrels, run, metrics=metrics))
+    scores = mean_scores(per_query)
     cost = {
         "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,
@@ -305,4 +314,5 @@ def run_retrieval(
                 "n_qrels": sum(len(r) for r in data.qrels.values())},
         versions=versions(),
         created=time.time(),
+        per_query=per_query,
     )

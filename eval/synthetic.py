@@ -330,6 +330,30 @@ def generate(
                         tokenizer=tokenizer, haystack=haystack)[context_length]
 
 
+def synthetic_query_meta(data: SyntheticData) -> dict[str, dict[str, Any]]:
+    """Per query: its relevant document, the needle's seeded depth and the document length.
+
+    Args:
+        data: A generated task (each query has exactly one relevant document).
+
+    Returns:
+        ``query_id -> {"doc_id", "depth", "position", "n_tokens"}``: ``depth`` is the seeded
+        depth (0..1), ``position`` where the needle actually starts as a fraction of the
+        document's characters (it moves to a sentence start), ``n_tokens`` the document's
+        length in tokens of :attr:`SyntheticData.tokenizer`.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for qid, rel in data.qrels.items():
+        did = next((d for d, r in rel.items() if r > 0), None)
+        meta = data.doc_meta.get(did or "", {})
+        text = data.doc_text(did) if did in data.corpus else ""
+        out[qid] = {"doc_id": did, "depth": meta.get("depth"),
+                    "position": (round(meta["char_offset"] / len(text), 6)
+                                 if text and "char_offset" in meta else None),
+                    "n_tokens": meta.get("n_tokens")}
+    return out
+
+
 def _jsonl(rows: Iterable[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                    for r in rows).encode("utf-8")
@@ -371,6 +395,6 @@ def write_beir(data: BeirData, path: str | Path, *, split: str = "test") -> Path
     return root
 
 
-__all__ = ["SyntheticData", "SyntheticTask", "SYNTHETIC_TASKS", "CONTEXT_LENGTHS",
+__all__ = ["SyntheticData", "synthetic_query_meta", "SyntheticTask", "SYNTHETIC_TASKS", "CONTEXT_LENGTHS",
            "DEFAULT_CONTEXT_LENGTHS", "PASSKEY_FILLER", "generate", "generate_all",
            "write_beir", "corpus_bytes", "corpus_sha256", "find_haystack", "load_tokenizer"]

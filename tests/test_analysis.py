@@ -155,6 +155,14 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
                        r"64 -> None.*--overwrite"):
         main([*base, "--variant", "htp:method=htp,min_block_tokens=0"])
     assert (folder / "htp.json").read_bytes() == before
+    # ablate records per-query rows and needle positions, so `analyze paired` can split them
+    saved = json.loads((folder / "vanilla.json").read_text())
+    assert "Acc@1" in saved["scores"] and len(saved["per_query"]) == 3
+    assert all(0.0 <= m["position"] <= 1.0 for m in saved["query_meta"].values())
+    plot = tmp_path / "split.png"
+    assert main(["analyze", "paired", str(folder / "vanilla.json"), str(folder / "htp.json"),
+                 "--split-by", "position", "--bins", "2", "--plot", str(plot)]) == 0
+    assert plot.stat().st_size > 0
 
 
 def test_seed_table_means_and_wins() -> None:
@@ -174,3 +182,65 @@ def test_seed_table_means_and_wins() -> None:
     assert rows[3] == "| htp | 30.00 | 10.00 | – | 20.00 | +0.00 | 1 of 2 |"
     with pytest.raises(ValueError, match="baseline variant 'bm25'"):
         seed_table([("s0", [("htp", r(1.0))])], baseline="bm25")
+
+
+def _result(scores: dict[str, float], positions: dict[str, float] | None = None):  # noqa: ANN202
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    return RetrievalResult(
+        dataset="needle", split="test", config={}, counts={},
+        scores={"NDCG@10": sum(scores.values()) / len(scores)}, cost={},
+        per_query={q: {"NDCG@10": v} for q, v in scores.items()},
+        query_meta={q: {"position": x} for q, x in (positions or {}).items()})
+
+
+def test_paired_comparison_counts_and_interval() -> None:
+    from htp_retrieval.eval.paired import compare
+
+    base = _result({"q1": 50.0, "q2": 50.0, "q3": 0.0, "q4": 100.0})
+    other = _result({"q1": 60.0, "q2": 45.0, "q3": 20.0, "q4": 100.0})
+    r = compare(base, other, label="htp")
+    assert (r.n, r.wins, r.losses, r.ties) == (4, 2, 1, 1)
+    assert r.mean_diff == pytest.approx(6.25) and r.variant_mean - r.baseline_mean == r.mean_diff
+    assert r.ci_low <= r.mean_diff <= r.ci_high and r.ci_low >= -5.0 and r.ci_high <= 20.0
+    assert 0.0 < r.p_value <= 1.0
+    same = compare(base, base)
+    assert same.p_value is None and same.ci_low == same.ci_high == 0.0
+    # rank = 100 / MRR, and a lower rank is a win
+    ranked = _result({"q1": 1.0, "q2": 1.0})
+    ranked.per_query = {"q1": {"MRR": 50.0}, "q2": {"MRR": 25.0}}
+    better = _result({"q1": 1.0, "q2": 1.0})
+    better.per_query = {"q1": {"MRR": 100.0}, "q2": {"MRR": 25.0}}
+    r = compare(ranked, better, metric="rank")
+    assert (r.baseline_mean, r.variant_mean, r.wins, r.losses, r.ties) == (3.0, 2.5, 1, 0, 1)
+    better.per_query["q2"]["MRR"] = 0.0
+    with pytest.raises(ValueError, match="variant: query 'q2' has no relevant document"):
+        compare(ranked, better, metric="rank")
+    with pytest.raises(ValueError, match="htp: scored on other queries.*1 baseline "
+                       "queries missing \\(e.g. 'q4'\\), 1 extra \\(e.g. 'q5'\\)"):
+        compare(base, _result({"q1": 1.0, "q2": 1.0, "q3": 1.0, "q5": 1.0}), label="htp")
+
+
+def test_split_by_position_bins() -> None:
+    from htp_retrieval.eval.paired import split_by, split_table
+
+    pos = {"q1": 0.1, "q2": 0.2, "q3": 0.6, "q4": 1.0}
+    base = _result({"q1": 10.0, "q2": 30.0, "q3": 50.0, "q4": 70.0}, pos)
+    other = _result({"q1": 0.0, "q2": 0.0, "q3": 100.0, "q4": 100.0})
+    names, counts, means = split_by({"vanilla": base, "htp": other}, key="position", bins=2)
+    assert names == ["0.00-0.50", "0.50-1.00"] and counts == [2, 2]  # 1.0 falls in the last
+    assert means == {"vanilla": [20.0, 60.0], "htp": [0.0, 100.0]}
+    assert "| 0.50-1.00 | 2 | 60.00 | 100.00 |" in split_table(names, counts, means,
+                                                              key="position", metric="NDCG@10")
+    with pytest.raises(ValueError, match="htp: query 'q1' has no 'position'"):
+        split_by({"htp": other, "vanilla": base}, key="position")
+
+
+def test_paired_refuses_results_without_rows(tmp_path) -> None:  # noqa: ANN001
+    from htp_retrieval.cli import main
+
+    old = _result({"q1": 1.0})
+    old.per_query = {}
+    old.save(tmp_path / "old.json")
+    with pytest.raises(SystemExit, match=r"old\.json: no per-query scores.*--overwrite"):
+        main(["analyze", "paired", str(tmp_path / "old.json"), str(tmp_path / "old.json")])

@@ -128,6 +128,13 @@ def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert saved["config"]["max_length"] >= 128  # covers the context length
     assert saved["config"]["synthetic"]["tokenizer"] == "smollm2-135m-instruct"
     assert 0 <= saved["scores"]["Acc@1"] <= 100 and saved["counts"]["n_docs"] == 4
+    # per-query rows average to the scores; each query knows where its key sits
+    rows = saved["per_query"]
+    assert sorted(rows) == sorted(saved["query_meta"]) and len(rows) == 2
+    for label in ("Acc@1", "NDCG@10"):
+        assert sum(r[label] for r in rows.values()) / 2 == pytest.approx(saved["scores"][label])
+    for meta in saved["query_meta"].values():
+        assert meta["doc_id"].startswith("passkey-128-d") and 0.0 <= meta["position"] <= 1.0
 
 
 @needs_scifact
