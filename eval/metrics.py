@@ -47,10 +47,21 @@ def evaluate_per_query(
             for q in qrels_}
 
 
-def mean_scores(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Average :func:`evaluate_per_query` rows over queries (``{}`` for no queries)."""
+def mean_scores(
+    per_query: Mapping[str, Mapping[str, float]], *, metrics: Iterable[str] = DEFAULT_METRICS
+) -> dict[str, float]:
+    """Average :func:`evaluate_per_query` rows over queries.
+
+    Args:
+        per_query: ``{query_id: {label: value}}``.
+        metrics: pytrec_eval names whose labels are returned as 0 when there are no rows
+            (no queries in the qrels), as BEIR reports an empty split.
+
+    Returns:
+        ``{label: mean}`` in percent.
+    """
     if not per_query:
-        return {}
+        return {LABELS.get(m, m): 0.0 for m in metrics}
     labels = next(iter(per_query.values())).keys()
     n = len(per_query)
     return {m: sum(row[m] for row in per_query.values()) / n for m in labels}
@@ -77,4 +88,4 @@ def evaluate_run(
     metrics = list(metrics)
     rows = evaluate_per_query(qrels, run, metrics=metrics,
                               ignore_identical_ids=ignore_identical_ids)
-    return mean_scores(rows) or {LABELS.get(m, m): 0.0 for m in metrics}
+    return mean_scores(rows, metrics=metrics)

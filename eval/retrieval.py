@@ -17,7 +17,7 @@ import numpy as np
 
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData
-from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
+from htp_retrieval.eval.metrics import DEFAULT_METRICS, evaluate_per_query, mean_scores
 from htp_retrieval.methods import task_instructions
 
 
@@ -280,9 +280,9 @@ def run_retrieval(
     qstats = qenc.last_stats
     q_cpu = time.process_time() - c0
     run = top_k_run(q_emb, d_emb, qids, dids)
-    per_query = (evaluate_per_query(data.qrels, run) if metrics is None
-                 else evaluate_per_query(data.qrels, run, metrics=metrics))
-    scores = mean_scores(per_query)
+    metrics = DEFAULT_METRICS if metrics is None else tuple(metrics)
+    per_query = evaluate_per_query(data.qrels, run, metrics=metrics)
+    scores = mean_scores(per_query, metrics=metrics)
     cost = {
         "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,

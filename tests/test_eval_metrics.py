@@ -52,3 +52,14 @@ def test_identical_ids_are_ignored_as_beir_does() -> None:
 def test_missing_queries_score_zero() -> None:
     qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}}
     assert evaluate_run(qrels, {"q1": {"d1": 1.0}})["NDCG@10"] == pytest.approx(50.0)
+
+
+def test_no_queries_scores_zero_and_rows_average_to_scores() -> None:
+    from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
+
+    assert evaluate_run({}, {})["NDCG@10"] == 0.0
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    run = {"q1": {"a": 0.9, "b": 0.1}, "q2": {"a": 0.9, "b": 0.1}}
+    rows = evaluate_per_query(qrels, run)
+    assert rows["q1"]["NDCG@10"] == pytest.approx(100.0) and rows["q2"]["MRR"] == 50.0
+    assert mean_scores(rows) == pytest.approx(evaluate_run(qrels, run))
