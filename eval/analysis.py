@@ -372,7 +372,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.data import load_beir, subsample
-    from htp_retrieval.eval.harness import SYNTHETIC_METRICS, finish_synthetic
+    from htp_retrieval.eval.harness import SYNTHETIC_METRICS
     from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
 
     if args.threads:
@@ -438,9 +438,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
                                 query_encoder=qenc, checkpoint_dir=corpus,
                                 chunk_size=args.chunk_size,
-                                metrics=SYNTHETIC_METRICS if synthetic else None, **rkw)
+                                metrics=SYNTHETIC_METRICS if synthetic is not None else None, **rkw)
             if synthetic is not None:
-                finish_synthetic(res, data)
+                from htp_retrieval.eval.synthetic import synthetic_query_meta
+
+                res.query_meta = synthetic_query_meta(data)
             res.config.update(variant=name, variant_spec=spec, command=_command())
             res.save(path)
         rows.append((name, res))

@@ -438,25 +438,6 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
     return enc
 
 
-def finish_synthetic(res: RetrievalResult, data: BeirData) -> None:
-    """Name P@1 ``Acc@1`` (in the scores and per query) and attach needle depths.
-
-    Args:
-        res: A result scored with :data:`SYNTHETIC_METRICS`; changed in place.
-        data: The needle/passkey task it was scored on; when it is a generated
-            :class:`~htp_retrieval.eval.synthetic.SyntheticData`, ``res.query_meta`` gets
-            :func:`~htp_retrieval.eval.synthetic.synthetic_query_meta` (LongEmbed's own
-            files carry no depths).
-    """
-    if "P_1" in res.scores:
-        res.scores["Acc@1"] = res.scores.pop("P_1")
-    for row in res.per_query.values():
-        if "P_1" in row:
-            row["Acc@1"] = row.pop("P_1")
-    if isinstance(data, SyntheticData):
-        res.query_meta = synthetic_query_meta(data)
-
-
 def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[RetrievalResult]:
     """Evaluate every item at every sweep point; one results JSON each (reused if present).
 
@@ -505,8 +486,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                     show_progress_bar=settings.show_progress_bar, checkpoint_dir=ckpt,
                     chunk_size=settings.chunk_size,
                     metrics=SYNTHETIC_METRICS if item.context_length is not None else None)
-                if item.context_length is not None:
-                    finish_synthetic(res, item.data)
+                if isinstance(item.data, SyntheticData):
+                    res.query_meta = synthetic_query_meta(item.data)
             res.dataset = item.name
             res.config["command"] = settings.command
             res.config.update(settings.extra_config)

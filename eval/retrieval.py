@@ -255,7 +255,7 @@ def run_retrieval(
         query_encoder: Encoder for the queries when it differs from the documents' (a
             query/document method pairing; its config is recorded as ``query_config``).
         metrics: pytrec_eval measures (default: :data:`~htp_retrieval.eval.metrics.
-            DEFAULT_METRICS`); e.g. add ``P_1`` for needle/passkey accuracy.
+            DEFAULT_METRICS`); e.g. add ``P_1`` (reported as ``Acc@1``) for needle/passkey accuracy.
 
     Returns:
         The :class:`RetrievalResult` (scores in percent; cost in seconds and bytes).
