@@ -192,6 +192,21 @@ def effective_min_block_tokens(spec: MethodSpec, settings: EvalSettings) -> int 
     return None if settings.preset else spec.min_block_tokens
 
 
+def explicit_max_blocks(spec: MethodSpec, settings: EvalSettings) -> int | None:
+    """The block budget B a result name records: ``--max-blocks`` when it is not the default.
+
+    ``None`` (no ``mb`` part) for methods without sentence blocks, without the flag, and
+    when the flag equals the method's default (:attr:`MethodSpec.max_blocks`, 8 for
+    ``htp``; ``0`` is fixed K), so ``--max-blocks 8`` and no flag share one result file.
+    Under a calibration preset the flag always shows, as the preset's budget may differ.
+    """
+    if settings.max_blocks is None or not _spec_uses_k(spec):
+        return None
+    if not settings.preset and settings.max_blocks == (spec.max_blocks or 0):
+        return None
+    return settings.max_blocks
+
+
 def _spec_uses_n(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
 
@@ -242,7 +257,8 @@ def result_name(
 
     The parts after the method appear only when set: ``len`` (max length; absent for a
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
-    ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods),
+    ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods, when it
+    is not the method's default: :func:`explicit_max_blocks`),
     ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
@@ -258,8 +274,9 @@ def result_name(
         parts.append(f"k{point.k}")
     if point.n is not None:
         parts.append(f"n{point.n}")
-    if settings.max_blocks is not None and _spec_uses_k(point.method):
-        parts.append(f"mb{settings.max_blocks}")
+    mb = explicit_max_blocks(point.method, settings)
+    if mb is not None:
+        parts.append(f"mb{mb}")
     mbt = effective_min_block_tokens(point.method, settings)
     if mbt is not None:
         parts.append(f"mbt{mbt}")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from htp_retrieval.layout import block_cap
 from htp_retrieval.methods import METHODS
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
@@ -37,7 +38,7 @@ SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "P
 MAIN_SCORE_ORDER: tuple[str, ...] = ("Acc@1", "Spearman", "NDCG@10")
 """The first of these a set has is its main score (plots, HTP-vs-baseline lines)."""
 IGNORED_KEYS: frozenset[str] = frozenset(
-    {"command", "model", "method", "exit_layer", "n_layers"}
+    {"command", "model", "method", "exit_layer", "n_layers", "max_blocks_recorded"}
 )
 """Config keys never used to tell rows apart (``exit_layer``/``n_layers`` follow from the
 model and ``output_layer``; ``command`` is printed above the table)."""
@@ -134,6 +135,25 @@ ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True}
 """Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
 
 
+def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
+    """Record a block budget that cannot bind at the run's length as the method's default.
+
+    With the density cap T a budget B only matters past ``B * T`` text tokens
+    (:func:`htp_retrieval.layout.block_cap`): an ``htp`` run at 512 tokens made with
+    B = 32 has exactly the layouts of today's B = 8. Such a record gets the default B (so it
+    is labelled and plotted as the default) and keeps the value it was run with under
+    ``max_blocks_recorded``. Any other record is left as it is.
+    """
+    spec = METHODS.get(str(config.get("method")))
+    b, t, length = config.get("max_blocks"), config.get("min_block_tokens"), config.get("max_length")
+    if (spec is None or spec.max_blocks is None or b in (None, spec.max_blocks)
+            or t != spec.min_block_tokens or not isinstance(length, int) or length < 1):
+        return
+    if block_cap(b, t, length) == block_cap(spec.max_blocks, t, length):
+        config["max_blocks_recorded"] = b
+        config["max_blocks"] = spec.max_blocks
+
+
 def read_result(path: str | Path) -> ResultRecord:
     """Read one results JSON.
 
@@ -157,6 +177,7 @@ def read_result(path: str | Path) -> ResultRecord:
     if "method" in config:  # an encoder config: fill the keys it records only when off default
         for k, v in ENCODER_CONFIG_DEFAULTS.items():
             config.setdefault(k, v)
+        _show_unbound_budget_as_default(config)
     return ResultRecord(
         path=p,
         dataset=str(raw["dataset"]),

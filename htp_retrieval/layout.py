@@ -183,6 +183,32 @@ def adaptive_k(
     return max(k, -(-n_sentences // budget))
 
 
+def block_cap(
+    max_blocks: int | None, min_block_tokens: int | None, max_text_tokens: int
+) -> int | None:
+    """The most blocks :func:`adaptive_k` can give any document of up to ``max_text_tokens``.
+
+    ``min(max_blocks, max(1, max_text_tokens // min_block_tokens))``, with ``None`` for an
+    unset part; ``None`` when neither caps. Two budgets with the same cap at a max length
+    give identical layouts for every document truncated to it (with T = 64 and 512 tokens,
+    B = 8 and B = 32 both cap at 8 blocks).
+
+    Args:
+        max_blocks: Block budget B (``None``: none).
+        min_block_tokens: Density cap T (``None``: none).
+        max_text_tokens: The run's max length in text tokens.
+
+    Raises:
+        ValueError: if ``max_text_tokens < 1``.
+    """
+    if max_text_tokens < 1:
+        raise ValueError(f"max_text_tokens must be >= 1, got {max_text_tokens}")
+    dense = None if min_block_tokens is None else max(1, max_text_tokens // min_block_tokens)
+    if max_blocks is None:
+        return dense
+    return max_blocks if dense is None else min(max_blocks, dense)
+
+
 def token_block_starts(n_tokens: int, n: int) -> list[int]:
     """Token indices where fixed blocks of N tokens start (the paper's Fig. 7 ablation).
 

@@ -137,3 +137,21 @@ def test_adaptive_k_density_cap() -> None:
         adaptive_k(5, 1, 32, n_tokens=100, min_block_tokens=0)
     with pytest.raises(ValueError, match="needs n_tokens"):
         adaptive_k(5, 1, 32, min_block_tokens=16)
+
+
+def test_block_cap_tells_when_a_budget_binds() -> None:
+    """Budgets with the same :func:`block_cap` at a length give the same K for every text."""
+    from htp_retrieval.layout import adaptive_k, block_cap
+
+    assert block_cap(8, 64, 512) == block_cap(32, 64, 512) == 8
+    assert block_cap(8, 64, 1024) == 8 and block_cap(32, 64, 1024) == 16
+    assert block_cap(None, 64, 100) == 1 and block_cap(8, None, 100) == 8
+    assert block_cap(None, None, 100) is None
+    for n_tokens in range(1, 513):
+        for n_sent in (1, 5, 8, 9, 17, 40, 120):
+            assert adaptive_k(n_sent, 1, 8, n_tokens=n_tokens, min_block_tokens=64) == \
+                adaptive_k(n_sent, 1, 32, n_tokens=n_tokens, min_block_tokens=64)
+    assert adaptive_k(40, 1, 8, n_tokens=1024, min_block_tokens=64) == 5  # B = 8 binds
+    assert adaptive_k(40, 1, 32, n_tokens=1024, min_block_tokens=64) == 3  # 16 blocks
+    with pytest.raises(ValueError, match="max_text_tokens"):
+        block_cap(8, 64, 0)
