@@ -196,8 +196,8 @@ def explicit_max_blocks(spec: MethodSpec, settings: EvalSettings) -> int | None:
     """The block budget B a result name records: ``--max-blocks`` when it is not the default.
 
     ``None`` (no ``mb`` part) for methods without sentence blocks, without the flag, and
-    when the flag equals the method's default (:attr:`MethodSpec.max_blocks`, 8 for
-    ``htp``; ``0`` is fixed K), so ``--max-blocks 8`` and no flag share one result file.
+    when the flag equals the method's default (:attr:`MethodSpec.max_blocks`, 32 for
+    ``htp``; ``0`` is fixed K), so ``--max-blocks 32`` and no flag share one result file.
     Under a calibration preset the flag always shows, as the preset's budget may differ.
     """
     if settings.max_blocks is None or not _spec_uses_k(spec):

@@ -139,10 +139,10 @@ def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     """Record a block budget that cannot bind at the run's length as the method's default.
 
     With the density cap T a budget B only matters past ``B * T`` text tokens
-    (:func:`htp_retrieval.layout.block_cap`): an ``htp`` run at 512 tokens made with
-    B = 32 has exactly the layouts of today's B = 8. Such a record gets the default B (so it
-    is labelled and plotted as the default) and keeps the value it was run with under
-    ``max_blocks_recorded``. Any other record is left as it is.
+    (:func:`htp_retrieval.layout.block_cap`): with T = 64 an ``htp`` run at 512 tokens made
+    with B = 8 has exactly the layouts of the default B = 32. Such a record gets the default
+    B (so it is labelled and plotted as the default) and keeps the value it was run with
+    under ``max_blocks_recorded``. Any other record is left as it is.
     """
     spec = METHODS.get(str(config.get("method")))
     b, t, length = config.get("max_blocks"), config.get("min_block_tokens"), config.get("max_length")

@@ -142,7 +142,7 @@ class HTPEncoder:
         max_blocks: Adaptive K: a per-document block budget; K grows to
             ``ceil(sentences / max_blocks)`` for long documents
             (:func:`htp_retrieval.layout.adaptive_k`). ``None`` takes the preset's, else
-            the method's (``htp``: 8, :attr:`MethodSpec.max_blocks`); ``0`` forces fixed K.
+            the method's (``htp``: 32, :attr:`MethodSpec.max_blocks`); ``0`` forces fixed K.
         min_block_tokens: Adaptive K's density cap T: at most one block per T text tokens
             (``max(1, tokens // T)`` blocks), so texts of very short sentences do not get a
             placeholder every few tokens (docs/ANALYSIS.md section 10). ``None`` takes the

@@ -52,17 +52,15 @@ class MethodSpec:
             block's token states (this library's HTP default; docs/ANALYSIS.md).
         max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
             this many blocks per document, K growing to ``ceil(sentences / max_blocks)``
-            on longer documents; ``None`` keeps K fixed. ``htp`` ships 8: with T = 64 below
-            it binds only past 512 text tokens (documents of up to 512 tokens get
-            ``tokens // 64 <= 8`` blocks either way), and long documents get larger K, as
-            the paper's Table 12 favours for them (Sec. 5.3). At 8192 tokens 8 blocks beat
-            32 and 128 on needle (docs/ANALYSIS.md, section 12).
+            on longer documents; ``None`` keeps K fixed. ``htp`` ships 32: every SciFact
+            abstract (at most 24 sentences in 512 tokens) keeps K = 1, and long documents
+            get larger K, as the paper's Table 12 favours for them (Sec. 5.3).
         min_block_tokens: Adaptive K's density cap T (:func:`htp_retrieval.layout.adaptive_k`):
             at most one block per T text tokens; ``None``: no cap. ``htp`` ships 64: text of
             very short sentences (passkey filler, 4-5 tokens each) otherwise gets a
             placeholder every few tokens, which costs more than the copies give
-            (docs/ANALYSIS.md, section 10); documents of 512 text tokens or more are
-            unaffected (8 blocks either way).
+            (docs/ANALYSIS.md, section 10); documents of 2048 text tokens or more are
+            unaffected (32 blocks either way).
         description: One line for the README's method table.
     """
 
@@ -125,10 +123,10 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("tp-sentence", "plain", "local", "mean",
                    description="A <PST> before each block of K sentences (local prepending "
                    "only), mean pooling."),
-        MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean", max_blocks=8,
+        MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean", max_blocks=32,
                    min_block_tokens=64,
                    description="HTP: <PST> and <B-PST> per block of K sentences fed the "
-                   "block's mean state (local + global), at most 8 blocks and one block "
+                   "block's mean state (local + global), at most 32 blocks and one block "
                    "per 64 text tokens per document (adaptive K), early exit, mean pooling."),
         MethodSpec("htp-last", "plain", "hierarchical", "mean", summary="last",
                    description="HTP exactly as the paper: <PST>/<B-PST> fed the block's "

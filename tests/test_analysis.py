@@ -143,7 +143,7 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
         assert res["counts"] == {"n_docs": 6, "n_queries": 3, "n_qrels": 3}
         assert res["config"]["max_length"] == 64  # the context length, not --max-length
         assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
-    assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 8
+    assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
     assert "max_blocks" not in json.loads((folder / "htp-k1.json").read_text())["config"]  # fixed K
     # a stored variant is reused only if made with the same encoder settings: a name whose
     # meaning changed (here: "htp" without the density cap) is refused, and nothing is lost

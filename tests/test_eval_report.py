@@ -308,8 +308,8 @@ def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
                                  "config": {"model": MODEL, "k": 1, **cfg}}))
         return read_result(f)
 
-    shipped = rec("a", method="htp", summary="mean", max_blocks=8, min_block_tokens=64)
-    uncapped = rec("b", method="htp", summary="mean", max_blocks=8)
+    shipped = rec("a", method="htp", summary="mean", max_blocks=32, min_block_tokens=64)
+    uncapped = rec("b", method="htp", summary="mean", max_blocks=32)
     paper = rec("c", method="htp-last")
     keys = ["min_block_tokens"]
     assert variant_label(shipped, keys) == "htp (min_block_tokens=64, default)"
@@ -320,7 +320,7 @@ def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
 
 
 def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
-    """B = 32 with T = 64 at 512 tokens has the layouts of B = 8; at 1024 it does not."""
+    """With T = 64, B = 8 at 512 tokens has the default B = 32's layouts; at 1024 not."""
     from htp_retrieval.eval.report import read_result, variant_label
 
     def rec(name: str, **cfg: object) -> object:
@@ -330,11 +330,11 @@ def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
                                             "summary": "mean", **cfg}}))
         return read_result(f)
 
-    short = rec("a", max_blocks=32, min_block_tokens=64, max_length=512)
-    assert short.config["max_blocks"] == 8 and short.config["max_blocks_recorded"] == 32
+    short = rec("a", max_blocks=8, min_block_tokens=64, max_length=512)
+    assert short.config["max_blocks"] == 32 and short.config["max_blocks_recorded"] == 8
     assert variant_label(short, ["max_blocks", "min_block_tokens"]) == \
-        "htp (max_blocks=8, min_block_tokens=64, default)"
-    long = rec("b", max_blocks=32, min_block_tokens=64, max_length=1024)  # 16 blocks vs 8
-    assert long.config["max_blocks"] == 32 and "max_blocks_recorded" not in long.config
-    uncapped = rec("c", max_blocks=32, max_length=512)  # no T: B = 32 binds at any length
-    assert uncapped.config["max_blocks"] == 32
+        "htp (max_blocks=32, min_block_tokens=64, default)"
+    long = rec("b", max_blocks=8, min_block_tokens=64, max_length=1024)  # 8 blocks vs 16
+    assert long.config["max_blocks"] == 8 and "max_blocks_recorded" not in long.config
+    uncapped = rec("c", max_blocks=8, max_length=512)  # no T: B = 8 binds at any length
+    assert uncapped.config["max_blocks"] == 8

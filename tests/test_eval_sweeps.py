@@ -180,11 +180,11 @@ def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
         "vanilla-mean__len8192.json"
     assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings()) == \
         "htp__len8192__mbt64.json"
-    # the default budget (8) shares the default's file; another one is in the name
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(max_blocks=8)) == \
-        "htp__len8192__mbt64.json"
+    # the default budget (32) shares the default's file; another one is in the name
     assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(max_blocks=32)) == \
-        "htp__len8192__mb32__mbt64.json"
+        "htp__len8192__mbt64.json"
+    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(max_blocks=8)) == \
+        "htp__len8192__mb8__mbt64.json"
     assert result_name(RunPoint(get_method("htp-last"), 8192), EvalSettings(max_blocks=8)) == \
         "htp-last__len8192__mb8.json"  # htp-last keeps K fixed by default
     assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(preset="p.json")) == \
@@ -194,17 +194,17 @@ def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
 def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     long_doc = " ".join(f"Cell line {i} divides quickly." for i in range(40))
-    short_doc = " ".join(f"Cell line {i} divides quickly." for i in range(8))
+    short_doc = " ".join(f"Cell line {i} divides quickly." for i in range(20))
     # the block budget B alone (T = 0): the density cap is tested in test_calibrate
     htp = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", min_block_tokens=0)
     fixed = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_blocks=0,
                        min_block_tokens=0)
     paper = HTPEncoder(model, "htp-last", tokenizer=tok, dtype="float32")
-    assert htp.max_blocks == 8 and fixed.max_blocks is None and paper.max_blocks is None
-    assert htp.config()["max_blocks"] == 8 and "max_blocks" not in fixed.config()
-    # 40 sentences: K grows to ceil(40 / 8) = 5, so 8 blocks; fixed K = 1 keeps 40
-    assert len(htp.build_layouts([long_doc])[0].pst_positions) == 8
+    assert htp.max_blocks == 32 and fixed.max_blocks is None and paper.max_blocks is None
+    assert htp.config()["max_blocks"] == 32 and "max_blocks" not in fixed.config()
+    # 40 sentences: K grows to ceil(40 / 32) = 2, so 20 blocks; fixed K = 1 keeps 40
+    assert len(htp.build_layouts([long_doc])[0].pst_positions) == 20
     assert len(fixed.build_layouts([long_doc])[0].pst_positions) == 40
     assert len(paper.build_layouts([long_doc])[0].pst_positions) == 40
-    # up to 8 sentences the budget changes nothing: the layout equals fixed K = 1
+    # up to 32 sentences the budget changes nothing: the layout equals fixed K = 1
     assert htp.build_layouts([short_doc]) == fixed.build_layouts([short_doc])
