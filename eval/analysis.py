@@ -374,6 +374,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     from htp_retrieval.eval.data import load_beir, subsample
     from htp_retrieval.eval.harness import SYNTHETIC_METRICS
     from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+    from htp_retrieval.eval.synthetic import synthetic_query_meta
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -440,8 +441,6 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                                 chunk_size=args.chunk_size,
                                 metrics=SYNTHETIC_METRICS if synthetic is not None else None, **rkw)
             if synthetic is not None:
-                from htp_retrieval.eval.synthetic import synthetic_query_meta
-
                 res.query_meta = synthetic_query_meta(data)
             res.config.update(variant=name, variant_spec=spec, command=_command())
             res.save(path)

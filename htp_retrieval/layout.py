@@ -176,8 +176,7 @@ def adaptive_k(
             raise ValueError(f"min_block_tokens must be >= 1, got {min_block_tokens}")
         if n_tokens is None:
             raise ValueError("min_block_tokens needs n_tokens (the document's text tokens)")
-        dense = max(1, n_tokens // min_block_tokens)
-        budget = dense if budget is None else min(budget, dense)
+        budget = block_cap(max_blocks, min_block_tokens, max(1, n_tokens))
     if budget is None:
         return k
     return max(k, -(-n_sentences // budget))
