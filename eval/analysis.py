@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from htp_retrieval.layout import parse_long_budget
+
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
     "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks",
-    "min_block_tokens", "bare_prefix",
+    "min_block_tokens", "long_budget", "bare_prefix",
     "dtype", "padding_side",
 }
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
@@ -75,7 +77,8 @@ PRESETS: dict[str, list[str]] = {
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Parse ``name:key=value,key=value`` into encoder and run keyword arguments.
 
-    Values ``none``/``true``/``false`` and integers are converted; anything else stays a
+    Values ``none``/``true``/``false`` and integers are converted, ``long_budget`` takes
+    ``L:B_L`` or ``0`` (:func:`htp_retrieval.layout.parse_long_budget`); anything else stays a
     string (commas inside a value are not supported except in instructions, which must
     come last).
 
@@ -101,7 +104,9 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         key = key.strip()
         value: Any = raw
         low = raw.strip().lower()
-        if low == "none":
+        if key == "long_budget":  # L:B_L, or 0 for none
+            value = parse_long_budget(raw) or 0
+        elif low == "none":
             value = None
         elif low in ("true", "false"):
             value = low == "true"
@@ -304,8 +309,8 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
         summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
                    if key_is_relevant(c["method"], "summary") else "–")
-        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "bare_prefix",
-                                   "k", "placeholder_init") if k in c and (k != "k" or c[k] != 1)
+        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "long_budget",
+                                   "bare_prefix", "k", "placeholder_init") if k in c and (k != "k" or c[k] != 1)
                  and (k != "placeholder_init" or c[k] != "mean")}
         if c.get("document_instruction"):
             extra["document_instruction"] = "task instruction"

@@ -32,6 +32,7 @@ from htp_retrieval.eval.synthetic import (
     generate_all,
     synthetic_query_meta,
 )
+from htp_retrieval.layout import same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
 from htp_retrieval.models import DEFAULT_MODEL
 
@@ -100,6 +101,9 @@ class EvalSettings:
             :attr:`~htp_retrieval.methods.MethodSpec.max_blocks`), ``0`` forces fixed K.
         min_block_tokens: Adaptive K's density cap T (at most one block per T text tokens);
             ``None`` keeps the method's default, ``0`` turns the cap off.
+        long_budget: Adaptive K's long-text budget ``(L, B_L)``: at most B_L blocks past L
+            text tokens; ``None`` keeps the method's default (``htp``: ``(1024, 8)``),
+            ``0`` turns it off.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.
@@ -126,6 +130,7 @@ class EvalSettings:
     segmenter: str = "sentencizer"
     max_blocks: int | None = None
     min_block_tokens: int | None = None
+    long_budget: tuple[int, int] | Literal[0] | None = None
     device: str = "auto"
     dtype: str = "bfloat16"
     padding_side: str = "right"
@@ -207,6 +212,31 @@ def explicit_max_blocks(spec: MethodSpec, settings: EvalSettings) -> int | None:
     return settings.max_blocks
 
 
+def explicit_long_budget(
+    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int
+) -> str | None:
+    """The long-text budget a result name records: ``lb<L>-<B_L>``, or ``lb0`` for none.
+
+    ``None`` (no ``lb`` part) for methods without sentence blocks, without the flag, and
+    when the flag gives every document of up to ``max_text_tokens`` the same block budget
+    as the method's default (:func:`htp_retrieval.layout.same_block_budgets`, with the
+    run's B and T): at 512 tokens, or with B = 8, ``(1024, 8)`` never binds, so such runs
+    share their file with the default. Under a calibration preset the flag always shows.
+    """
+    if settings.long_budget is None or not _spec_uses_k(spec):
+        return None
+    run = tuple(settings.long_budget) if settings.long_budget else None
+    tag = "lb0" if run is None else f"lb{run[0]}-{run[1]}"
+    if settings.preset:
+        return tag
+    b = spec.max_blocks if settings.max_blocks is None else settings.max_blocks or None
+    t = effective_min_block_tokens(spec, settings)
+    if same_block_budgets((b, t, run), (b, t, spec.long_budget),  # type: ignore[arg-type]
+                          max_text_tokens):
+        return None
+    return tag
+
+
 def _spec_uses_n(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
 
@@ -258,7 +288,8 @@ def result_name(
     The parts after the method appear only when set: ``len`` (max length; absent for a
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
     ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods, when it
-    is not the method's default: :func:`explicit_max_blocks`),
+    is not the method's default: :func:`explicit_max_blocks`), ``lb<L>-<B_L>`` (a
+    long-text budget that differs from the default's: :func:`explicit_long_budget`),
     ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
@@ -277,6 +308,10 @@ def result_name(
     mb = explicit_max_blocks(point.method, settings)
     if mb is not None:
         parts.append(f"mb{mb}")
+    lb = explicit_long_budget(point.method, settings,
+                              point.max_length or context_length or 512)
+    if lb is not None:
+        parts.append(lb)
     mbt = effective_min_block_tokens(point.method, settings)
     if mbt is not None:
         parts.append(f"mbt{mbt}")
@@ -442,6 +477,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         segmenter=settings.segmenter,  # type: ignore[arg-type]
         max_blocks=settings.max_blocks if _spec_uses_k(point.method) else None,
         min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
+        long_budget=settings.long_budget if _spec_uses_k(point.method) else None,
         max_length=point.max_length or item.context_length or 512,
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,

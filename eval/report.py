@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from htp_retrieval.layout import block_cap
+from htp_retrieval.layout import same_block_budgets
 from htp_retrieval.methods import METHODS
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
@@ -38,7 +38,8 @@ SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "P
 MAIN_SCORE_ORDER: tuple[str, ...] = ("Acc@1", "Spearman", "NDCG@10")
 """The first of these a set has is its main score (plots, HTP-vs-baseline lines)."""
 IGNORED_KEYS: frozenset[str] = frozenset(
-    {"command", "model", "method", "exit_layer", "n_layers", "max_blocks_recorded"}
+    {"command", "model", "method", "exit_layer", "n_layers", "max_blocks_recorded",
+     "long_budget_recorded"}
 )
 """Config keys never used to tell rows apart (``exit_layer``/``n_layers`` follow from the
 model and ``output_layer``; ``command`` is printed above the table)."""
@@ -131,25 +132,36 @@ def _is_mteb_file(raw: Any) -> bool:
         or ("loader" in raw and "framework" in raw and "experiment_kwargs" in raw))
 
 
-ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True}
+ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True,
+                                           "long_budget": None}
 """Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
 
 
 def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     """Record a block budget that cannot bind at the run's length as the method's default.
 
-    With the density cap T a budget B only matters past ``B * T`` text tokens
-    (:func:`htp_retrieval.layout.block_cap`): with T = 64 an ``htp`` run at 512 tokens made
-    with B = 8 has exactly the layouts of the default B = 32. Such a record gets the default
-    B (so it is labelled and plotted as the default) and keeps the value it was run with
-    under ``max_blocks_recorded``. Any other record is left as it is.
+    A record's budget is ``(B, T, long_budget)``. Where swapping its B, or its long budget,
+    for the method's default gives every document of up to its max length the same number
+    of blocks (:func:`htp_retrieval.layout.same_block_budgets`), the layouts are exactly
+    those the default value gives: B = 8 at 512 tokens with T = 64, or any run made before
+    the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Such a record gets the
+    default value (so it is labelled and plotted as the default) and keeps the one it was
+    run with under ``max_blocks_recorded`` / ``long_budget_recorded``. T is never swapped,
+    and any other record is left as it is.
     """
     spec = METHODS.get(str(config.get("method")))
-    b, t, length = config.get("max_blocks"), config.get("min_block_tokens"), config.get("max_length")
-    if (spec is None or spec.max_blocks is None or b in (None, spec.max_blocks)
-            or t != spec.min_block_tokens or not isinstance(length, int) or length < 1):
+    length = config.get("max_length")
+    if spec is None or spec.max_blocks is None or not isinstance(length, int) or length < 1:
         return
-    if block_cap(b, t, length) == block_cap(spec.max_blocks, t, length):
+    b, t, lb = config.get("max_blocks"), config.get("min_block_tokens"), config.get("long_budget")
+    run_lb = tuple(lb) if lb else None
+    if run_lb != spec.long_budget and same_block_budgets(
+            (b, t, run_lb), (b, t, spec.long_budget), length):
+        config["long_budget_recorded"] = lb
+        config["long_budget"] = list(spec.long_budget) if spec.long_budget else None
+        run_lb = spec.long_budget
+    if b != spec.max_blocks and same_block_budgets(
+            (b, t, run_lb), (spec.max_blocks, t, run_lb), length):
         config["max_blocks_recorded"] = b
         config["max_blocks"] = spec.max_blocks
 
@@ -236,7 +248,8 @@ def _is_number(v: Any) -> bool:
 def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
-    K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``) and the segmenter
+    K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``, ``long_budget``) and the
+    segmenter
     matter only for sentence blocks, N only for fixed-token blocks, the ``<PST>`` summary
     only for block placeholders, the copy range and placeholder init only for methods with
     placeholders. Unknown methods and other keys: always relevant.
@@ -245,7 +258,7 @@ def key_is_relevant(method: str, key: str) -> bool:
     if spec is None:
         return True
     blocks = spec.placeholders in ("local", "hierarchical")
-    if key in ("k", "segmenter", "max_blocks", "min_block_tokens"):
+    if key in ("k", "segmenter", "max_blocks", "min_block_tokens", "long_budget"):
         return blocks and spec.blocks == "sentence"
     if key == "tokens_per_block":
         return blocks and spec.blocks == "tokens"
@@ -294,7 +307,8 @@ def _spec_defaults(method: str) -> dict[str, Any]:
         return {}
     return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
             "summary": spec.summary, "max_blocks": spec.max_blocks,
-            "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer"}
+            "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",
+            "long_budget": list(spec.long_budget) if spec.long_budget else None}
 
 
 def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
@@ -402,6 +416,8 @@ def _set_sort_key(s: ResultSet) -> tuple:
 def _fmt_value(v: Any) -> str:
     if v is None:
         return "none"
+    if isinstance(v, list):  # a long budget (L, B_L)
+        return ":".join(map(_fmt_value, v))
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)

@@ -48,7 +48,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model=args.model, methods=methods, max_lengths=max_lengths, ks=ks, ns=ns,
         tp_start=args.tp_start, tp_exit=args.tp_exit, output_layer=args.output_layer,
         segmenter=args.segmenter, max_blocks=args.max_blocks,
-        min_block_tokens=args.min_block_tokens, device=args.device, dtype=args.dtype,
+        min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
+        device=args.device, dtype=args.dtype,
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
@@ -83,7 +84,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
     enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
                      tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
-                     min_block_tokens=args.min_block_tokens,
+                     min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
                      tp_start=args.tp_start, tp_exit=args.tp_exit,
                      output_layer=args.output_layer, segmenter=args.segmenter,
                      preset=_preset_arg(args, "layout"))
@@ -115,26 +116,30 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     import numpy as np
 
     from htp_retrieval.encoder import HTPEncoder
-    from htp_retrieval.eval.harness import resolve_data
+    from htp_retrieval.eval.harness import parse_list, resolve_data
 
     try:
-        items = resolve_data(args.data, split=args.split)
+        items = resolve_data(args.data, split=args.split, seed=args.seed,
+                             context_lengths=parse_list(args.context_lengths))
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval blocks: {e}") from e
     fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0, min_block_tokens=0,
-                       max_length=args.max_length)
+                       long_budget=0, max_length=args.max_length)
     policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
                         max_blocks=args.max_blocks, min_block_tokens=args.min_block_tokens,
-                        max_length=args.max_length)
+                        long_budget=args.long_budget, max_length=args.max_length)
     budget = policy.max_blocks
     dense = policy.min_block_tokens
+    long = policy.long_budget
     print(f"{args.method}, {args.max_length} text tokens, minimum K "
           f"{policy.spec.sentences_per_block}, block budget {budget}"
-          + (f", at least {dense} text tokens per block" if dense else ""))
-    print(f"| data | K rule | docs | blocks/doc mean | median | p95 | max "
+          + (f", at least {dense} text tokens per block" if dense else "")
+          + (f", at most {long[1]} blocks past {long[0]} text tokens" if long else ""))
+    print(f"| data | K rule | docs | blocks/doc min | mean | median | p95 | max "
           f"| docs over {budget or 'budget'} "
-          "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|")
-    rule_name = f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
+          "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|---|")
+    rule_name = (f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
+                 + (f", long_budget={long[0]}:{long[1]}" if long else ""))
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
         label = f"{it.name}-{it.split}" + (
@@ -144,10 +149,20 @@ def cmd_blocks(args: argparse.Namespace) -> int:
             n = np.array([len(lay.pst_positions) for lay in lays])
             share = sum(lay.n_placeholders for lay in lays) / sum(lay.n_text_tokens for lay in lays)
             over = int((n > budget).sum()) if budget else "-"
-            print(f"| {label} | {rule} | {len(n)} | {n.mean():.1f} "
+            print(f"| {label} | {rule} | {len(n)} | {n.min()} | {n.mean():.1f} "
                   f"| {np.median(n):.0f} | {np.percentile(n, 95):.0f} | {n.max()} "
                   f"| {over} | {share:.3f} |")
     return 0
+
+
+def _long_budget(text: str) -> tuple[int, int] | int:
+    """argparse type of ``--long-budget``: ``L:B_L`` or ``0`` (none)."""
+    from htp_retrieval.layout import parse_long_budget
+
+    try:
+        return parse_long_budget(text) or 0
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
@@ -175,6 +190,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
     p.add_argument("--min-block-tokens", type=int, default=None,
                    help="adaptive K density cap T: at most one block per T text tokens "
                    "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
+    p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
+                   help="adaptive K long-text budget: at most B_L blocks past L text tokens; "
+                   "0 = none; default: the method's (htp: 1024:8)")
     p.add_argument("--tp-start", type=int, default=None)
     p.add_argument("--tp-exit", type=int, default=None)
     p.add_argument("--output-layer", type=int, default=None,
@@ -262,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                        "(max_blocks), and the placeholders' share of the text tokens.")
     p.add_argument("--data", required=True, help="BEIR or LongEmbed folder, needle, passkey")
     p.add_argument("--split", default="test")
+    p.add_argument("--context-lengths", default=None,
+                   help="needle/passkey: comma list of context lengths (default 256 ... 8192)")
+    p.add_argument("--seed", type=int, default=0, help="needle/passkey generation seed")
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--method", default="htp")
     p.add_argument("--k", type=int, default=None, help="minimum sentences per block (K)")
@@ -270,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-block-tokens", type=int, default=None,
                    help="density cap of the policy: at most one block per T text tokens "
                    "(default: the method's; 0: none)")
+    p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
+                   help="long-text budget of the policy: at most B_L blocks past L text "
+                   "tokens (default: the method's; 0: none)")
     p.add_argument("--max-length", type=int, default=512, help="max text tokens per document")
     p.set_defaults(func=cmd_blocks)
 

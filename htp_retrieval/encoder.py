@@ -147,6 +147,10 @@ class HTPEncoder:
             (``max(1, tokens // T)`` blocks), so texts of very short sentences do not get a
             placeholder every few tokens (docs/ANALYSIS.md section 10). ``None`` takes the
             preset's, else the method's (:attr:`MethodSpec.min_block_tokens`); ``0``: no cap.
+        long_budget: Adaptive K's long-text budget ``(L, B_L)``: a document of more than L
+            text tokens gets at most B_L blocks (docs/ANALYSIS.md section 13). ``None``
+            takes the preset's, else the method's (``htp``: ``(1024, 8)``,
+            :attr:`MethodSpec.long_budget`); ``0``: none.
         bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
@@ -189,6 +193,7 @@ class HTPEncoder:
         summary: Summary | None = None,
         max_blocks: int | None = None,
         min_block_tokens: int | None = None,
+        long_budget: tuple[int, int] | Literal[0] | None = None,
         preset: str | Path | dict[str, Any] | None = None,
         bare_prefix: str | None = None,
         batch_size: int = 32,
@@ -225,6 +230,16 @@ class HTPEncoder:
         if min_block_tokens is None:
             min_block_tokens = pre.get("min_block_tokens", get_method(method).min_block_tokens)
         min_block_tokens = min_block_tokens or None
+        if long_budget is None:
+            long_budget = pre.get("long_budget", get_method(method).long_budget)
+        if long_budget and not (
+            isinstance(long_budget, (tuple, list)) and len(long_budget) == 2
+            and all(isinstance(v, int) and v >= 1 for v in long_budget)
+        ):
+            raise ValueError(f"long_budget must be (L, B_L) with both >= 1, 0 or None, "
+                             f"got {long_budget!r}")
+        self.long_budget: tuple[int, int] | None = (
+            (int(long_budget[0]), int(long_budget[1])) if long_budget else None)
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
@@ -379,7 +394,8 @@ class HTPEncoder:
             blocks = [
                 sentence_block_starts(
                     si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks,
-                                   n_tokens=len(ids), min_block_tokens=self.min_block_tokens)
+                                   n_tokens=len(ids), min_block_tokens=self.min_block_tokens,
+                                   long_budget=self.long_budget)
                 )
                 for si, ids in zip(sent_idx, ids_all)
             ]
@@ -659,6 +675,7 @@ class HTPEncoder:
             **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
             **({} if self.min_block_tokens is None else
                {"min_block_tokens": self.min_block_tokens}),
+            **({} if self.long_budget is None else {"long_budget": list(self.long_budget)}),
             **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
             **({"preset": self.preset} if self.preset else {}),
         }

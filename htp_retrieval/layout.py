@@ -134,6 +134,10 @@ def count_sentences(sentence_index: Sequence[int]) -> int:
     return sum(1 for i, s in enumerate(sentence_index) if i == 0 or s != sentence_index[i - 1])
 
 
+LongBudget = tuple[int, int]
+"""``(L, B_L)``: a document of more than L text tokens gets at most B_L blocks."""
+
+
 def adaptive_k(
     n_sentences: int,
     k: int = 1,
@@ -141,6 +145,7 @@ def adaptive_k(
     *,
     n_tokens: int | None = None,
     min_block_tokens: int | None = None,
+    long_budget: LongBudget | None = None,
 ) -> int:
     """K for one document under a block budget (adaptive K, docs/ANALYSIS.md section 8).
 
@@ -148,64 +153,114 @@ def adaptive_k(
     ``<B-PST>`` tokens push the model out of distribution (Sec. 5.3, Table 12). This policy
     keeps K at its minimum ``k`` until the document would need more than its budget of
     blocks, then grows it: ``K = max(k, ceil(n_sentences / budget))``, so a document never
-    gets more than ``budget`` ``<PST>``/``<B-PST>`` pairs. The budget is ``max_blocks``;
-    with ``min_block_tokens = T`` it is also at most ``max(1, n_tokens // T)``, so a text of
-    very short sentences (passkey filler, lists) gets no more than one block per T text
-    tokens on average (the placeholder density, docs/ANALYSIS.md section 10).
+    gets more than ``budget`` ``<PST>``/``<B-PST>`` pairs. The budget is
+    :func:`block_budget` of the document's text tokens: ``max_blocks``; with
+    ``min_block_tokens = T`` also at most ``max(1, n_tokens // T)``, so a text of very short
+    sentences (passkey filler, lists) gets no more than one block per T text tokens on
+    average (the placeholder density, docs/ANALYSIS.md section 10); with ``long_budget =
+    (L, B_L)`` at most B_L past L text tokens (docs/ANALYSIS.md section 13).
 
     Args:
         n_sentences: Sentences in the (truncated) document.
         k: Minimum sentences per block (K >= 1).
         max_blocks: Block budget per document; ``None``: no cap on the count.
         n_tokens: Text tokens in the (truncated) document; needed with
-            ``min_block_tokens``.
+            ``min_block_tokens`` or ``long_budget``.
         min_block_tokens: T, text tokens per block on average at least; ``None``: no
             density cap.
+        long_budget: ``(L, B_L)``, the budget of documents longer than L text tokens;
+            ``None``: none.
 
     Raises:
-        ValueError: if ``k < 1``, ``max_blocks < 1``, ``min_block_tokens < 1``, or
-            ``min_block_tokens`` is given without ``n_tokens``.
+        ValueError: if ``k < 1``, a budget or T is below 1, or ``min_block_tokens`` or
+            ``long_budget`` is given without ``n_tokens``.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if max_blocks is not None and max_blocks < 1:
-        raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
-    budget = max_blocks
-    if min_block_tokens is not None:
-        if min_block_tokens < 1:
-            raise ValueError(f"min_block_tokens must be >= 1, got {min_block_tokens}")
-        if n_tokens is None:
-            raise ValueError("min_block_tokens needs n_tokens (the document's text tokens)")
-        budget = block_cap(max_blocks, min_block_tokens, max(1, n_tokens))
+    if (min_block_tokens is not None or long_budget is not None) and n_tokens is None:
+        raise ValueError("min_block_tokens or long_budget needs n_tokens (the document's "
+                         "text tokens)")
+    budget = block_budget(max(1, n_tokens or 1), max_blocks, min_block_tokens, long_budget)
     if budget is None:
         return k
     return max(k, -(-n_sentences // budget))
 
 
-def block_cap(
-    max_blocks: int | None, min_block_tokens: int | None, max_text_tokens: int
+def block_budget(
+    n_tokens: int,
+    max_blocks: int | None,
+    min_block_tokens: int | None = None,
+    long_budget: LongBudget | None = None,
 ) -> int | None:
-    """The most blocks :func:`adaptive_k` can give any document of up to ``max_text_tokens``.
+    """The most blocks :func:`adaptive_k` gives a document of ``n_tokens`` text tokens.
 
-    ``min(max_blocks, max(1, max_text_tokens // min_block_tokens))``, with ``None`` for an
-    unset part; ``None`` when neither caps. Two budgets with the same cap at a max length
-    give identical layouts for every document truncated to it (with T = 64 and 512 tokens,
-    B = 8 and B = 32 both cap at 8 blocks).
+    ``min(B, max(1, n_tokens // T), B_L if n_tokens > L)`` over the parts that are set;
+    ``None`` when none is.
 
     Args:
+        n_tokens: Text tokens in the (truncated) document.
         max_blocks: Block budget B (``None``: none).
         min_block_tokens: Density cap T (``None``: none).
-        max_text_tokens: The run's max length in text tokens.
+        long_budget: ``(L, B_L)`` (``None``: none).
 
     Raises:
-        ValueError: if ``max_text_tokens < 1``.
+        ValueError: if ``n_tokens``, B, T, L or B_L is below 1.
+    """
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+    if max_blocks is not None and max_blocks < 1:
+        raise ValueError(f"max_blocks must be >= 1, got {max_blocks}")
+    caps = [] if max_blocks is None else [max_blocks]
+    if min_block_tokens is not None:
+        if min_block_tokens < 1:
+            raise ValueError(f"min_block_tokens must be >= 1, got {min_block_tokens}")
+        caps.append(max(1, n_tokens // min_block_tokens))
+    if long_budget is not None:
+        after, blocks = long_budget
+        if after < 1 or blocks < 1:
+            raise ValueError(f"long_budget (L, B_L) needs both >= 1, got {long_budget}")
+        if n_tokens > after:
+            caps.append(blocks)
+    return min(caps) if caps else None
+
+
+def parse_long_budget(text: str) -> LongBudget | None:
+    """Parse ``"L:B_L"`` (e.g. ``"1024:8"``) into ``(L, B_L)``; ``"0"``/``"none"``: ``None``.
+
+    Raises:
+        ValueError: naming the text, if it is not two integers >= 1 joined by ``:``.
+    """
+    raw = str(text).strip().lower()
+    if raw in ("0", "none", "off"):
+        return None
+    after, sep, blocks = raw.partition(":")
+    try:
+        budget = (int(after), int(blocks))
+    except ValueError:
+        budget = (0, 0)
+    if not sep or min(budget) < 1:
+        raise ValueError(f"long budget {text!r} is not L:B_L (two integers >= 1, e.g. "
+                         "1024:8) or 0 for none")
+    return budget
+
+
+def same_block_budgets(
+    a: tuple[int | None, int | None, LongBudget | None],
+    b: tuple[int | None, int | None, LongBudget | None],
+    max_text_tokens: int,
+) -> bool:
+    """Whether two budgets ``(B, T, (L, B_L))`` agree for every length up to a max length.
+
+    If they do, :func:`adaptive_k` gives every document truncated to ``max_text_tokens``
+    the same K under both, so the layouts are identical (with T = 64 and 512 tokens,
+    B = 8 and B = 32 both allow at most 8 blocks).
+
+    Raises:
+        ValueError: if ``max_text_tokens < 1`` or a budget part is below 1.
     """
     if max_text_tokens < 1:
         raise ValueError(f"max_text_tokens must be >= 1, got {max_text_tokens}")
-    dense = None if min_block_tokens is None else max(1, max_text_tokens // min_block_tokens)
-    if max_blocks is None:
-        return dense
-    return max_blocks if dense is None else min(max_blocks, dense)
+    return all(block_budget(n, *a) == block_budget(n, *b) for n in range(1, max_text_tokens + 1))
 
 
 def token_block_starts(n_tokens: int, n: int) -> list[int]:

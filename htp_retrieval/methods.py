@@ -59,8 +59,12 @@ class MethodSpec:
             at most one block per T text tokens; ``None``: no cap. ``htp`` ships 64: text of
             very short sentences (passkey filler, 4-5 tokens each) otherwise gets a
             placeholder every few tokens, which costs more than the copies give
-            (docs/ANALYSIS.md, section 10); documents of 2048 text tokens or more are
-            unaffected (32 blocks either way).
+            (docs/ANALYSIS.md, section 10); past 1024 text tokens ``long_budget`` binds first.
+        long_budget: ``(L, B_L)``: past L text tokens a document gets at most B_L blocks
+            (:func:`htp_retrieval.layout.adaptive_k`); ``None``: no such budget. ``htp``
+            ships ``(1024, 8)``: on needle documents of 2048 and 8192 tokens, 8 blocks
+            scored best on a seed other than the test seed, while at 1024 tokens the
+            density cap's 16 win and 8 lose (docs/ANALYSIS.md, sections 12 and 13).
         description: One line for the README's method table.
     """
 
@@ -74,6 +78,7 @@ class MethodSpec:
     summary: Literal["last", "mean"] = "last"
     max_blocks: int | None = None
     min_block_tokens: int | None = None
+    long_budget: tuple[int, int] | None = None
     description: str = ""
 
     @property
@@ -124,10 +129,11 @@ METHODS: dict[str, MethodSpec] = {
                    description="A <PST> before each block of K sentences (local prepending "
                    "only), mean pooling."),
         MethodSpec("htp", "plain", "hierarchical", "mean", summary="mean", max_blocks=32,
-                   min_block_tokens=64,
+                   min_block_tokens=64, long_budget=(1024, 8),
                    description="HTP: <PST> and <B-PST> per block of K sentences fed the "
-                   "block's mean state (local + global), at most 32 blocks and one block "
-                   "per 64 text tokens per document (adaptive K), early exit, mean pooling."),
+                   "block's mean state (local + global), at most 32 blocks, one block per "
+                   "64 text tokens and 8 blocks past 1024 text tokens per document "
+                   "(adaptive K), early exit, mean pooling."),
         MethodSpec("htp-last", "plain", "hierarchical", "mean", summary="last",
                    description="HTP exactly as the paper: <PST>/<B-PST> fed the block's "
                    "last-token state."),

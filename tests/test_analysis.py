@@ -21,6 +21,10 @@ def test_parse_variant_types_and_errors() -> None:
         parse_variant("v:bogus=1")
     with pytest.raises(ValueError, match="no name"):
         parse_variant(":method=htp")
+    assert parse_variant("v:long_budget=1024:8")[1] == {"long_budget": (1024, 8)}
+    assert parse_variant("v:long_budget=0")[1] == {"long_budget": 0}
+    with pytest.raises(ValueError, match="'1024'"):
+        parse_variant("v:long_budget=1024")
 
 
 def test_norm_profile_groups(tiny_llama) -> None:  # noqa: ANN001

@@ -338,3 +338,19 @@ def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
     assert long.config["max_blocks"] == 8 and "max_blocks_recorded" not in long.config
     uncapped = rec("c", max_blocks=8, max_length=512)  # no T: B = 8 binds at any length
     assert uncapped.config["max_blocks"] == 8
+    # runs made before the long-text budget (1024, 8): the default's layouts up to 1024
+    # tokens, not past it; B = 8 with no long budget differs below 1024 tokens
+    old = rec("d", max_blocks=32, min_block_tokens=64, max_length=1024)
+    assert old.config["long_budget"] == [1024, 8] and old.config["long_budget_recorded"] is None
+    old_long = rec("e", max_blocks=32, min_block_tokens=64, max_length=8192)
+    assert old_long.config["long_budget"] is None and "long_budget_recorded" not in old_long.config
+    assert variant_label(old_long, ["long_budget"]) == "htp (long_budget=none)"
+    new = rec("f", max_blocks=32, min_block_tokens=64, long_budget=[1024, 8], max_length=8192)
+    assert variant_label(new, ["long_budget"]) == "htp (long_budget=1024:8, default)"
+    # B = 8 never exceeds B_L = 8: it reads as B = 8 under the default long budget
+    b8 = rec("g", max_blocks=8, min_block_tokens=64, max_length=8192)
+    assert b8.config["max_blocks"] == 8 and b8.config["long_budget"] == [1024, 8]
+    assert variant_label(b8, ["max_blocks"]) == "htp (max_blocks=8)"
+    # without T the long budget still cannot bind at 512 tokens
+    no_t = rec("h", max_blocks=32, max_length=512)
+    assert no_t.config["long_budget"] == [1024, 8] and "min_block_tokens" not in no_t.config

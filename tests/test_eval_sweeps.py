@@ -173,6 +173,12 @@ def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
         main(["eval", "--data", "passkey", "--max-length", "512,x"])
 
 
+def test_bad_long_budget_is_a_clear_cli_error(capsys) -> None:  # noqa: ANN001
+    with pytest.raises(SystemExit):
+        main(["eval", "--data", "passkey", "--long-budget", "1024"])
+    assert "--long-budget: long budget '1024' is not L:B_L" in capsys.readouterr().err
+
+
 def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
     s = EvalSettings(max_blocks=0)
     assert result_name(RunPoint(get_method("htp"), 8192), s) == "htp__len8192__mb0__mbt64.json"
@@ -189,6 +195,44 @@ def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
         "htp-last__len8192__mb8.json"  # htp-last keeps K fixed by default
     assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(preset="p.json")) == \
         "htp__len8192__preset-p.json"  # the preset decides T
+
+
+def test_long_budget_in_result_names_only_where_it_binds() -> None:
+    """``lb<L>-<B_L>`` / ``lb0`` appear only when the flag changes some layout at the length."""
+    htp = RunPoint(get_method("htp"), 8192)
+    assert result_name(htp, EvalSettings(long_budget=0)) == "htp__len8192__lb0__mbt64.json"
+    assert result_name(htp, EvalSettings(long_budget=(1024, 8))) == "htp__len8192__mbt64.json"
+    assert result_name(htp, EvalSettings(long_budget=(2048, 4))) == \
+        "htp__len8192__lb2048-4__mbt64.json"
+    # at 1024 tokens or with B = 8 the default (1024, 8) cannot bind: one file
+    assert result_name(RunPoint(get_method("htp"), 1024), EvalSettings(long_budget=0)) == \
+        "htp__len1024__mbt64.json"
+    assert result_name(htp, EvalSettings(max_blocks=8, long_budget=0)) == \
+        "htp__len8192__mb8__mbt64.json"
+    assert result_name(RunPoint(get_method("vanilla-mean"), 8192),
+                       EvalSettings(long_budget=0)) == "vanilla-mean__len8192.json"
+    # synthetic tasks name the context length, which is the length that counts
+    assert result_name(RunPoint(get_method("htp"), None), EvalSettings(long_budget=0),
+                       context_length=2048) == "htp__ctx2048__lb0__mbt64.json"
+
+
+def test_htp_long_budget_caps_blocks_past_1024_tokens(tiny_llama) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    doc = " ".join(f"Cell line {i} divides quickly." for i in range(200))
+    n_tokens = len(tok(doc, add_special_tokens=False)["input_ids"])
+    assert n_tokens > 1024  # the test needs a document past L
+    htp = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_length=4096)
+    off = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_length=4096,
+                     long_budget=0)
+    assert htp.long_budget == (1024, 8) and off.long_budget is None
+    assert htp.config()["long_budget"] == [1024, 8] and "long_budget" not in off.config()
+    assert len(htp.build_layouts([doc])[0].pst_positions) == 8
+    k = -(-200 // min(32, n_tokens // 64))  # K under B = 32 and T = 64 alone
+    assert len(off.build_layouts([doc])[0].pst_positions) == -(-200 // k) > 8
+    short = " ".join(f"Cell line {i} divides quickly." for i in range(20))
+    assert htp.build_layouts([short]) == off.build_layouts([short])
+    with pytest.raises(ValueError, match="long_budget"):
+        HTPEncoder(model, "htp", tokenizer=tok, long_budget=(1024, 0))  # type: ignore[arg-type]
 
 
 def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # noqa: ANN001

@@ -139,14 +139,16 @@ def test_adaptive_k_density_cap() -> None:
         adaptive_k(5, 1, 32, min_block_tokens=16)
 
 
-def test_block_cap_tells_when_a_budget_binds() -> None:
-    """Budgets with the same :func:`block_cap` at a length give the same K for every text."""
-    from htp_retrieval.layout import adaptive_k, block_cap
+def test_same_block_budgets_tells_when_a_budget_binds() -> None:
+    """Budgets that agree at every length up to a max length give the same K for every text."""
+    from htp_retrieval.layout import adaptive_k, block_budget, same_block_budgets
 
-    assert block_cap(8, 64, 512) == block_cap(32, 64, 512) == 8
-    assert block_cap(8, 64, 1024) == 8 and block_cap(32, 64, 1024) == 16
-    assert block_cap(None, 64, 100) == 1 and block_cap(8, None, 100) == 8
-    assert block_cap(None, None, 100) is None
+    assert block_budget(512, 8, 64) == block_budget(512, 32, 64) == 8
+    assert block_budget(1024, 8, 64) == 8 and block_budget(1024, 32, 64) == 16
+    assert block_budget(100, None, 64) == 1 and block_budget(100, 8, None) == 8
+    assert block_budget(100, None, None) is None
+    assert same_block_budgets((8, 64, None), (32, 64, None), 575)  # 575 // 64 = 8
+    assert not same_block_budgets((8, 64, None), (32, 64, None), 576)  # 9 blocks vs 8
     for n_tokens in range(1, 513):
         for n_sent in (1, 5, 8, 9, 17, 40, 120):
             assert adaptive_k(n_sent, 1, 8, n_tokens=n_tokens, min_block_tokens=64) == \
@@ -154,4 +156,40 @@ def test_block_cap_tells_when_a_budget_binds() -> None:
     assert adaptive_k(40, 1, 8, n_tokens=1024, min_block_tokens=64) == 5  # B = 8 binds
     assert adaptive_k(40, 1, 32, n_tokens=1024, min_block_tokens=64) == 3  # 16 blocks
     with pytest.raises(ValueError, match="max_text_tokens"):
-        block_cap(8, 64, 0)
+        same_block_budgets((8, 64, None), (32, 64, None), 0)
+    with pytest.raises(ValueError, match="n_tokens"):
+        block_budget(0, 8, 64)
+
+
+def test_long_budget_caps_blocks_past_l_tokens() -> None:
+    """``long_budget = (L, B_L)``: at most B_L blocks past L text tokens (section 13)."""
+    from htp_retrieval.layout import (
+        adaptive_k,
+        block_budget,
+        parse_long_budget,
+        same_block_budgets,
+    )
+
+    shipped = (32, 64, (1024, 8))
+    assert block_budget(1024, *shipped) == 16  # at L the density cap still decides
+    assert block_budget(1025, *shipped) == 8
+    assert block_budget(8192, *shipped) == 8 and block_budget(8192, 32, 64) == 32
+    assert block_budget(600, *shipped) == 9  # short documents: unchanged
+    # needle at 1024 tokens keeps 16 blocks; at 2048, 8 (K = ceil(sentences / 8))
+    assert adaptive_k(60, 1, 32, n_tokens=1018, min_block_tokens=64, long_budget=(1024, 8)) == 4
+    assert adaptive_k(120, 1, 32, n_tokens=2040, min_block_tokens=64, long_budget=(1024, 8)) \
+        == 15
+    # it never binds up to L, nor when B is already at most B_L
+    assert same_block_budgets(shipped, (32, 64, None), 1024)
+    assert not same_block_budgets(shipped, (32, 64, None), 1025)
+    assert same_block_budgets(shipped, (8, 64, None), 8192) is False  # 600 tokens: 9 vs 8
+    assert same_block_budgets((8, 64, (1024, 8)), (8, 64, None), 8192)
+    with pytest.raises(ValueError, match="needs n_tokens"):
+        adaptive_k(5, 1, 32, long_budget=(1024, 8))
+    with pytest.raises(ValueError, match="long_budget"):
+        block_budget(100, 32, 64, (0, 8))
+    assert parse_long_budget("1024:8") == (1024, 8)
+    assert parse_long_budget("0") is None and parse_long_budget("none") is None
+    for bad in ("1024", "1024:0", "a:b", "8:"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            parse_long_budget(bad)
