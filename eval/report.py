@@ -249,10 +249,9 @@ def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
     K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``, ``long_budget``) and the
-    segmenter
-    matter only for sentence blocks, N only for fixed-token blocks, the ``<PST>`` summary
-    only for block placeholders, the copy range and placeholder init only for methods with
-    placeholders. Unknown methods and other keys: always relevant.
+    segmenter matter only for sentence blocks, N only for fixed-token blocks, the ``<PST>``
+    summary only for block placeholders, the copy range and placeholder init only for
+    methods with placeholders. Unknown methods and other keys: always relevant.
     """
     spec = METHODS.get(method)
     if spec is None:
