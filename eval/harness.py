@@ -32,7 +32,7 @@ from htp_retrieval.eval.synthetic import (
     generate_all,
     synthetic_query_meta,
 )
-from htp_retrieval.layout import same_block_budgets
+from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
 from htp_retrieval.models import DEFAULT_MODEL
 
@@ -225,7 +225,7 @@ def explicit_long_budget(
     """
     if settings.long_budget is None or not _spec_uses_k(spec):
         return None
-    run = tuple(settings.long_budget) if settings.long_budget else None
+    run = as_long_budget(settings.long_budget)
     tag = "lb0" if run is None else f"lb{run[0]}-{run[1]}"
     if settings.preset:
         return tag

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from htp_retrieval.layout import same_block_budgets
+from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
@@ -154,7 +154,7 @@ def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     if spec is None or spec.max_blocks is None or not isinstance(length, int) or length < 1:
         return
     b, t, lb = config.get("max_blocks"), config.get("min_block_tokens"), config.get("long_budget")
-    run_lb = tuple(lb) if lb else None
+    run_lb = as_long_budget(lb)
     if run_lb != spec.long_budget and same_block_budgets(
             (b, t, run_lb), (b, t, spec.long_budget), length):
         config["long_budget_recorded"] = lb

@@ -25,6 +25,7 @@ from htp_retrieval.layout import (
     Layout,
     TemplateIds,
     adaptive_k,
+    as_long_budget,
     auto_tokens_per_block,
     build_layout,
     count_sentences,
@@ -232,14 +233,7 @@ class HTPEncoder:
         min_block_tokens = min_block_tokens or None
         if long_budget is None:
             long_budget = pre.get("long_budget", get_method(method).long_budget)
-        if long_budget and not (
-            isinstance(long_budget, (tuple, list)) and len(long_budget) == 2
-            and all(isinstance(v, int) and v >= 1 for v in long_budget)
-        ):
-            raise ValueError(f"long_budget must be (L, B_L) with both >= 1, 0 or None, "
-                             f"got {long_budget!r}")
-        self.long_budget: tuple[int, int] | None = (
-            (int(long_budget[0]), int(long_budget[1])) if long_budget else None)
+        self.long_budget: tuple[int, int] | None = as_long_budget(long_budget)
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)

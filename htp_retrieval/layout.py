@@ -216,12 +216,27 @@ def block_budget(
             raise ValueError(f"min_block_tokens must be >= 1, got {min_block_tokens}")
         caps.append(max(1, n_tokens // min_block_tokens))
     if long_budget is not None:
-        after, blocks = long_budget
-        if after < 1 or blocks < 1:
-            raise ValueError(f"long_budget (L, B_L) needs both >= 1, got {long_budget}")
+        after, blocks = as_long_budget(long_budget)  # type: ignore[misc]
         if n_tokens > after:
             caps.append(blocks)
     return min(caps) if caps else None
+
+
+def as_long_budget(value: object) -> LongBudget | None:
+    """Check a long-text budget: ``(L, B_L)`` (tuple or list, as presets give it) or none.
+
+    Returns:
+        ``(L, B_L)`` as a tuple, or ``None`` for ``None`` and ``0``.
+
+    Raises:
+        ValueError: if it is not two integers >= 1 (the message names the value).
+    """
+    if value is None or value == 0:
+        return None
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        return (value[0], value[1])
+    raise ValueError(f"long_budget must be (L, B_L) with both >= 1, 0 or None, got {value!r}")
 
 
 def parse_long_budget(text: str) -> LongBudget | None:

@@ -189,6 +189,13 @@ def test_long_budget_caps_blocks_past_l_tokens() -> None:
     with pytest.raises(ValueError, match="long_budget"):
         block_budget(100, 32, 64, (0, 8))
     assert parse_long_budget("1024:8") == (1024, 8)
+    from htp_retrieval.layout import as_long_budget
+
+    assert as_long_budget([1024, 8]) == (1024, 8)  # a preset's JSON list
+    assert as_long_budget(0) is None and as_long_budget(None) is None
+    for bad in ((1024,), (1024, 0), ("1024", 8), 5):
+        with pytest.raises(ValueError, match="long_budget must be"):
+            as_long_budget(bad)
     assert parse_long_budget("0") is None and parse_long_budget("none") is None
     for bad in ("1024", "1024:0", "a:b", "8:"):
         with pytest.raises(ValueError, match=repr(bad)):
