@@ -209,6 +209,14 @@ def test_report_tables_ratios_and_statement(results_dir: Path, tmp_path: Path) -
             assert any("k=1" in q for q in found), found
     assert re.search(r"htp does not beat vanilla-mean in \d+ of \d+ comparisons", md)
     assert len(rep.comparisons) == 2 + 2 + 1 + (1 if n_stsb else 0)  # k=1,2,4 @64; @32; toy
+    # the shipped-settings table: K = 1 is htp's default, K = 2 and 4 are not
+    shipped = [c for c in rep.comparisons if c.shipped]
+    assert shipped
+    assert all(c.label.endswith("default)") or "(" not in c.label for c in shipped)
+    assert not any("k=2" in c.label or "k=4" in c.label for c in shipped)
+    lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)
+    assert (f"With its shipped settings, htp does not beat vanilla-mean in {lost} of "
+            f"{len(shipped)} tables") in md
     if n_stsb:
         # STS tables: any "| method | ..." table with a Spearman column (other varying config
         # keys, e.g. summary, may come first)
@@ -354,3 +362,35 @@ def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
     # without T the long budget still cannot bind at 512 tokens
     no_t = rec("h", max_blocks=32, max_length=512)
     assert no_t.config["long_budget"] == [1024, 8] and "min_block_tokens" not in no_t.config
+
+
+def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
+    """In the length plot, rows with a method's shipped settings are the solid series;
+    off-default variants (here a fixed-K htp run) are not."""
+    from htp_retrieval.eval.report import _length_series, _shipped_labels, group_results
+
+    recs = []
+    for i, (method, ctx, cfg) in enumerate([
+        ("vanilla-mean", 256, {}), ("vanilla-mean", 512, {}),
+        ("htp", 256, {"summary": "mean", "max_blocks": 32, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+        ("htp", 512, {"summary": "mean", "max_blocks": 32, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+        ("htp", 512, {"summary": "mean", "max_blocks": None, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+    ]):
+        f = tmp_path / f"r{i}.json"
+        f.write_text(json.dumps({"dataset": "needle", "split": "test",
+                                 "scores": {"NDCG@10": float(i)},
+                                 "config": {"model": MODEL, "method": method, "k": 1,
+                                            "context_length": ctx, **cfg}}))
+        recs.append(f)
+    from htp_retrieval.eval.report import read_result
+
+    sets = group_results([read_result(f) for f in recs])
+    series = _length_series(sets)
+    shipped = _shipped_labels(sets)
+    assert set(series) == {"vanilla-mean", "htp (max_blocks=32, default)",
+                           "htp (max_blocks=none)"}
+    assert shipped == {"vanilla-mean", "htp (max_blocks=32, default)"}
+    assert [x for x, _ in series["htp (max_blocks=32, default)"]] == [256, 512]
