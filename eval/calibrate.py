@@ -17,6 +17,7 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,19 @@ class Trial:
         htp: HTP NDCG@10 on the validation split (percent).
         vanilla: vanilla-mean NDCG@10 at the same exit layer (percent).
         seconds: Wall time of the trial (both encodes), in seconds.
+        long: Whether it was scored on the long validation sets.
+        parts: Per long set, its two scores.
     """
 
     settings: dict[str, Any]
     htp: float
     vanilla: float
     seconds: float
+    long: bool = False
+    """Scored on the long validation sets (the long-budget axis) instead of the main one;
+    ``htp`` and ``vanilla`` are then means over those sets."""
+    parts: dict[str, list[float]] | None = None
+    """Long trials: ``set name -> [htp, vanilla-mean]`` NDCG@10 per long set."""
 
     @property
     def gain(self) -> float:
@@ -60,6 +68,10 @@ class Calibration:
         data: Validation data description (path, split, subsample).
         budget_seconds: The time budget given.
         command: The command that produced it.
+        long_data: The long validation sets of the long-budget axis (``None``: not searched;
+            the preset then leaves the long budget at the method's default).
+        best_long_gain: The chosen long budget's HTP - vanilla-mean NDCG@10 gain, mean over
+            those sets.
     """
 
     model: str
@@ -70,6 +82,8 @@ class Calibration:
     data: dict[str, Any] = field(default_factory=dict)
     budget_seconds: float = 0.0
     command: str = ""
+    long_data: list[dict[str, Any]] | None = None
+    best_long_gain: float | None = None
 
     def save(self, path: str | Path) -> None:
         """Write the preset JSON (parents created)."""
@@ -191,6 +205,26 @@ def candidate_axes(n_layers: int) -> dict[str, list[Any]]:
     }
 
 
+@dataclass(frozen=True)
+class LongSet:
+    """Long validation documents for the long-budget axis of :func:`calibrate`.
+
+    Attributes:
+        name: How the set is recorded, e.g. ``needle-2048-seed1``.
+        data: A :class:`~htp_retrieval.eval.data.BeirData`.
+        max_length: Max text tokens for its documents (the context length).
+    """
+
+    name: str
+    data: Any
+    max_length: int
+
+
+LONG_BUDGETS: tuple[Any, ...] = (0, [1024, 4], [1024, 8], [1024, 16])
+"""Candidates of the long-budget axis: none (``max_blocks`` alone binds), or at most B_L
+blocks past 1024 text tokens (the threshold ``htp`` ships, docs/ANALYSIS.md section 13)."""
+
+
 def calibrate(
     model: str,
     data: Any,
@@ -200,6 +234,7 @@ def calibrate(
     start: dict[str, Any] | None = None,
     rounds: int = 2,
     log: Any = None,
+    long_sets: Sequence[LongSet] = (),
 ) -> Calibration:
     """Coordinate search over :func:`candidate_axes` within a time budget.
 
@@ -207,6 +242,15 @@ def calibrate(
     set to the value with the largest HTP - vanilla-mean gain, for ``rounds`` passes or
     until the budget is spent (the trial running when it runs out completes).
     vanilla-mean depends only on the exit layer, so it is scored once per exit layer.
+
+    A validation split of short texts (SciFact abstracts, 512 tokens) never reaches the
+    long-text budget of adaptive K, so that axis needs documents past its threshold: with
+    ``long_sets`` the search starts with one pass over :data:`LONG_BUDGETS` at the starting
+    settings, scored as HTP - vanilla-mean NDCG@10 averaged over those sets (each at its
+    own length), and the main search goes on from the best of them with the time left. It
+    runs first so that the main search cannot use up the time it needs (its first
+    candidate always runs; the rest only within the budget). Without long sets the preset
+    leaves the method's long budget in place.
 
     Args:
         model: Model name or path (as for :class:`~htp_retrieval.HTPEncoder`).
@@ -216,10 +260,17 @@ def calibrate(
         start: Initial settings.
         rounds: Passes over the axes.
         log: File-like for progress lines (default stderr).
+        long_sets: :class:`LongSet` s of long documents for the long-budget axis (e.g.
+            needle at 2048 tokens on a seed other than the test seed); empty: not searched.
 
     Returns:
         The :class:`Calibration`.
+
+    Raises:
+        ValueError: if two long sets share a name.
     """
+    if len({ls.name for ls in long_sets}) != len(long_sets):
+        raise ValueError(f"long sets need distinct names, got {[ls.name for ls in long_sets]}")
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.retrieval import run_retrieval
 
@@ -232,28 +283,55 @@ def calibrate(
                                          "summary": probe.summary,
                                          "max_blocks": probe.max_blocks or 0,
                                          "min_block_tokens": probe.min_block_tokens or 0})
-    vanilla_at: dict[int, float] = {}
+    vanilla_at: dict[tuple[str | None, int], float] = {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}
 
-    def score(settings: dict[str, Any]) -> Trial:
-        key = json.dumps(settings, sort_keys=True)
+    def ndcg_pair(settings: dict[str, Any], split_data: Any, split_name: str,
+                  tag: str | None, lengths: dict[str, int]) -> tuple[float, float]:
+        """HTP and vanilla-mean (cached per exit layer) NDCG@10 on one split."""
+        enc = HTPEncoder(model, "htp", **settings, **lengths)
+        if (tag, enc.exit_layer) not in vanilla_at:
+            van = HTPEncoder(model, "vanilla-mean", output_layer=settings["output_layer"],
+                             **lengths)
+            vanilla_at[tag, enc.exit_layer] = run_retrieval(
+                van, split_data, split=split_name, show_progress_bar=False).scores["NDCG@10"]
+        htp = run_retrieval(enc, split_data, split=split_name,
+                            show_progress_bar=False).scores["NDCG@10"]
+        return htp, vanilla_at[tag, enc.exit_layer]
+
+    def score(settings: dict[str, Any], *, long: bool = False) -> Trial:
+        key = json.dumps([settings, long], sort_keys=True)
         if key in done:
             return done[key]
         t0 = time.perf_counter()
-        enc = HTPEncoder(model, "htp", **settings)
-        if enc.exit_layer not in vanilla_at:
-            van = HTPEncoder(model, "vanilla-mean", output_layer=settings["output_layer"])
-            vanilla_at[enc.exit_layer] = run_retrieval(
-                van, data, split=split, show_progress_bar=False).scores["NDCG@10"]
-        htp = run_retrieval(enc, data, split=split, show_progress_bar=False).scores["NDCG@10"]
-        trial = Trial(dict(settings), htp, vanilla_at[enc.exit_layer], time.perf_counter() - t0)
+        parts = None
+        if long:
+            parts = {ls.name: list(ndcg_pair(settings, ls.data, "test", ls.name,
+                                             {"max_length": ls.max_length}))
+                     for ls in long_sets}
+            htp = sum(h for h, _ in parts.values()) / len(parts)
+            van = sum(v for _, v in parts.values()) / len(parts)
+        else:
+            htp, van = ndcg_pair(settings, data, split, None, {})
+        trial = Trial(dict(settings), htp, van, time.perf_counter() - t0, long=long,
+                      parts=parts)
         trials.append(trial)
         done[key] = trial
-        print(f"[calibrate] {settings} htp {htp:.2f} vanilla {trial.vanilla:.2f} "
+        where = f" on {', '.join(parts)}" if parts else ""
+        print(f"[calibrate{where}] {settings} htp {htp:.2f} vanilla {van:.2f} "
               f"gain {trial.gain:+.2f} ({trial.seconds:.0f} s)", file=log, flush=True)
         return trial
 
+    best_long: Trial | None = None
+    if long_sets:  # first, so the main search cannot use up the budget it needs
+        for lb in LONG_BUDGETS:
+            if best_long is not None and time.perf_counter() - t_begin > budget_seconds:
+                break
+            t = score({**cur, "long_budget": lb}, long=True)
+            if best_long is None or t.gain > best_long.gain:
+                best_long = t
+        cur["long_budget"] = best_long.settings["long_budget"]  # type: ignore[union-attr]
     best = score(cur)
     axes = candidate_axes(n_layers)
     for _ in range(rounds):
@@ -272,16 +350,49 @@ def calibrate(
                     best, cur, improved = t, cand, True
         if not improved or time.perf_counter() - t_begin > budget_seconds:
             break
+    chosen = dict(best.settings)
     return Calibration(
         model=model,
         n_layers=n_layers,
-        best=dict(best.settings),
+        best=chosen,
         best_gain=round(best.gain, 3),
         trials=[{**asdict(t), "gain": round(t.gain, 3)} for t in trials],
         data={"name": data.name, "split": split, "n_queries": len(data.queries),
               "n_docs": len(data.corpus)},
         budget_seconds=budget_seconds,
+        long_data=[{"name": ls.name, "max_length": ls.max_length,
+                    "n_queries": len(ls.data.queries), "n_docs": len(ls.data.corpus)}
+                   for ls in long_sets] or None,
+        best_long_gain=None if best_long is None else round(best_long.gain, 3),
     )
+
+
+def parse_long_data(text: str) -> list[tuple[str, int]]:
+    """Parse ``--long-data``: ``needle:2048``, ``needle:2048,8192`` or
+    ``needle:2048,passkey:4096`` (a bare length takes the task before it).
+
+    Returns:
+        ``[(task, context length in tokens), ...]``.
+
+    Raises:
+        SystemExit: naming the value, if an item is not a synthetic task with a positive
+            length.
+    """
+    from htp_retrieval.eval.analysis import parse_synthetic_spec
+
+    out: list[tuple[str, int]] = []
+    for item in (x.strip() for x in text.split(",")):
+        if item.isdigit() and out:
+            item = f"{out[-1][0]}:{item}"
+        try:
+            spec = parse_synthetic_spec(item)
+        except ValueError:
+            spec = None
+        if spec is None:
+            raise SystemExit(f"--long-data {text!r}: expected needle:<tokens> or "
+                             "passkey:<tokens> items, e.g. needle:2048,8192")
+        out.append(spec)
+    return out
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -298,16 +409,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.max_queries or args.max_docs:
         data = subsample(data, n_queries=args.max_queries or None,
                          n_docs=args.max_docs or None, seed=args.seed)
+    long_sets = []
+    if args.long_data:
+        from htp_retrieval.eval.harness import resolve_data
+
+        specs = parse_long_data(args.long_data)
+        if args.long_seed == 0 and not args.allow_test:
+            raise SystemExit(f"--long-seed 0 generates the test data that `eval --data "
+                             f"{specs[0][0]}` reports; use another seed (or --allow-test)")
+        for task, length in specs:
+            (item,) = resolve_data(task, seed=args.long_seed, context_lengths=[length])
+            long_sets.append(LongSet(f"{task}-{length}-seed{args.long_seed}", item.data,
+                                     length))
     cal = calibrate(args.model, data, split=args.split,
-                    budget_seconds=args.budget_minutes * 60, rounds=args.rounds)
+                    budget_seconds=args.budget_minutes * 60, rounds=args.rounds,
+                    long_sets=long_sets)
     cal.command = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     out = Path(args.output) if args.output else Path(
         "presets") / f"{args.model.replace('/', '__')}.json"
     cal.save(out)
-    print("| trial | settings | HTP | vanilla-mean | gain |\n|---|---|---|---|---|")
+    print("| trial | data | settings | HTP | vanilla-mean | gain |\n|---|---|---|---|---|---|")
     for i, t in enumerate(cal.trials):
-        print(f"| {i} | `{json.dumps(t['settings'], sort_keys=True)}` | {t['htp']:.2f} "
-              f"| {t['vanilla']:.2f} | {t['gain']:+.2f} |")
+        where = ", ".join(t["parts"]) if t["long"] else cal.data["name"]
+        print(f"| {i} | {where} | `{json.dumps(t['settings'], sort_keys=True)}` "
+              f"| {t['htp']:.2f} | {t['vanilla']:.2f} | {t['gain']:+.2f} |")
     print(f"best: {cal.best} (gain {cal.best_gain:+.2f}) -> {out}", file=sys.stderr)
     return 0
 
@@ -325,5 +450,11 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--output", default=None, help="preset JSON (default presets/<model>.json)")
+    p.add_argument("--long-data", default=None,
+                   help="needle:<tokens> or passkey:<tokens> (comma list, e.g. "
+                   "needle:2048,8192): long documents for the long-text budget axis, "
+                   "scored as the mean gain over them (searched last; default: not searched)")
+    p.add_argument("--long-seed", type=int, default=1,
+                   help="generation seed of --long-data (0 is the test data; default 1)")
     p.add_argument("--allow-test", action="store_true")
     p.set_defaults(func=cmd_calibrate)

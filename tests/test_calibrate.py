@@ -121,3 +121,79 @@ def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa:
     assert HTPEncoder(model, "htp-last", tokenizer=tok).min_block_tokens is None  # paper's
     with pytest.raises(ValueError, match="min_block_tokens"):
         HTPEncoder(model, "htp", tokenizer=tok, min_block_tokens=-4)
+
+
+@pytest.fixture()
+def one_thread():  # noqa: ANN201
+    """SmolLM2 on a few documents runs fastest on one thread (no fight with a busy machine)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")
+def test_calibrate_long_budget_axis_on_long_documents(tmp_path, one_thread) -> None:  # noqa: ANN001
+    """With long validation documents the search ends with the long-budget axis, scored
+    there (at their length) against vanilla-mean, and the preset carries its choice."""
+    from htp_retrieval.cli import main
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.calibrate import (
+        LONG_BUDGETS,
+        Calibration,
+        LongSet,
+        calibrate,
+        parse_long_data,
+    )
+    from htp_retrieval.eval.data import load_beir, subsample
+    from htp_retrieval.eval.harness import resolve_data
+
+    data = subsample(load_beir(SCIFACT, split="train"), n_queries=2, n_docs=6, seed=0)
+    # documents of 1,100 and 1,150 tokens: past the 1024-token threshold, so budgets bind
+    sets = []
+    for n in (1100, 1150):
+        (item,) = resolve_data("passkey", seed=1, context_lengths=[n], max_docs=2,
+                               max_queries=2)
+        sets.append(LongSet(f"passkey-{n}-seed1", item.data, n))
+    cal = calibrate("smollm2-135m-instruct", data, split="train", budget_seconds=3600,
+                    rounds=0, long_sets=sets)
+    assert isinstance(cal, Calibration)
+    main_trials = [t for t in cal.trials if not t["long"]]
+    long_trials = [t for t in cal.trials if t["long"]]
+    assert len(main_trials) == 1  # rounds=0: the starting trial only
+    assert [t["settings"]["long_budget"] for t in long_trials] == list(LONG_BUDGETS)
+    assert cal.trials.index(main_trials[0]) == len(LONG_BUDGETS)  # the long axis runs first
+    assert main_trials[0]["settings"]["long_budget"] == cal.best["long_budget"]
+    for t in long_trials:  # means over the two sets; one vanilla-mean per set and exit layer
+        assert set(t["parts"]) == {"passkey-1100-seed1", "passkey-1150-seed1"}
+        assert abs(t["htp"] - sum(h for h, _ in t["parts"].values()) / 2) < 1e-9
+        assert [v for _, v in t["parts"].values()] == \
+            [v for _, v in long_trials[0]["parts"].values()]
+    best = max(long_trials, key=lambda t: t["gain"])
+    assert cal.best["long_budget"] == best["settings"]["long_budget"]
+    assert cal.best_long_gain == best["gain"]
+    assert cal.long_data == [{"name": f"passkey-{n}-seed1", "max_length": n, "n_queries": 2,
+                              "n_docs": 2} for n in (1100, 1150)]
+    assert parse_long_data("needle:2048,8192") == [("needle", 2048), ("needle", 8192)]
+    assert parse_long_data("needle:2048, passkey:512") == [("needle", 2048), ("passkey", 512)]
+    item = sets[0].data
+    # block budgets really differ on these documents: 4 blocks vs none (32 under T = 64)
+    enc4 = HTPEncoder("smollm2-135m-instruct", "htp", max_length=1100, long_budget=[1024, 4])
+    enc0 = HTPEncoder("smollm2-135m-instruct", "htp", max_length=1100, long_budget=0)
+    doc = next(iter(item.corpus.values()))
+    text = doc if isinstance(doc, str) else doc.get("text", "")
+    assert len(enc4.build_layouts([text])[0].pst_positions) == 4
+    assert len(enc0.build_layouts([text])[0].pst_positions) > 4
+    out = tmp_path / "p.json"
+    cal.save(out)
+    assert HTPEncoder("smollm2-135m-instruct", "htp", preset=out).long_budget == (
+        None if cal.best["long_budget"] == 0 else tuple(cal.best["long_budget"]))
+    # the test seed and malformed specs are refused before any model work
+    with pytest.raises(SystemExit, match="test data"):
+        main(["calibrate", "--data", SCIFACT, "--long-data", "needle:2048", "--long-seed",
+              "0", "--output", str(out)])
+    for bad in ("qmsum", "needle:0", "2048"):
+        with pytest.raises(SystemExit, match="needle:<tokens>"):
+            main(["calibrate", "--data", SCIFACT, "--long-data", bad, "--output", str(out)])
