@@ -453,7 +453,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--long-data", default=None,
                    help="needle:<tokens> or passkey:<tokens> (comma list, e.g. "
                    "needle:2048,8192): long documents for the long-text budget axis, "
-                   "scored as the mean gain over them (searched last; default: not searched)")
+                   "scored as the mean gain over them (searched first, at the family preset's layers; default: not searched)")
     p.add_argument("--long-seed", type=int, default=1,
                    help="generation seed of --long-data (0 is the test data; default 1)")
     p.add_argument("--allow-test", action="store_true")
