@@ -556,6 +556,11 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
     return out
 
 
+def _signed_cell(d: float) -> str:
+    """A signed difference, bold unless it is positive (a loss or a tie)."""
+    return f"{d:+.2f}" if d > 0 else f"**{d:+.2f}**"
+
+
 def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline: str
                          ) -> str | None:
     """One row per table where ``compare`` ran with its shipped settings: model, data,
@@ -570,10 +575,12 @@ def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline:
     for c in rows:
         rs = c.set
         d = round(c.diff, 2) + 0.0
-        dn = "" if c.ndcg is None else f"{round(c.ndcg[0] - c.ndcg[1], 2) + 0.0:+.2f}"
-        if c.ndcg is None and c.score == "NDCG@10":
-            dn = f"{d:+.2f}"
-        cell = f"{d:+.2f}" if d > 0 else f"**{d:+.2f}**"
+        cell = _signed_cell(d)
+        dn = ""
+        if c.ndcg is not None:
+            dn = _signed_cell(round(c.ndcg[0] - c.ndcg[1], 2) + 0.0)
+        elif c.score == "NDCG@10":
+            dn = cell
         sub = "full" if rs.subset is None else f"`{rs.subset.tag}`"
         lines.append("| " + " | ".join([
             rs.model, f"{rs.dataset} ({rs.split})", str(rs.length or "n/a"), sub, c.score,
@@ -917,7 +924,8 @@ def build_report(
         if table:
             lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)
             out += [f"With its shipped settings, {compare} does not beat {baseline} in "
-                    f"{lost} of {len(shipped)} tables (main score; bold where it does not):",
+                    f"{lost} of {len(shipped)} tables (main score; a difference is bold where "
+                    f"{compare} does not win, in the main score or in NDCG@10):",
                     "", table, ""]
         losses = [c for c in comps if round(c.diff, 2) <= 0]
         out += [f"Every {compare} row, variants included: {compare} does not beat "

@@ -394,3 +394,29 @@ def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
                            "htp (max_blocks=none)"}
     assert shipped == {"vanilla-mean", "htp (max_blocks=32, default)"}
     assert [x for x, _ in series["htp (max_blocks=32, default)"]] == [256, 512]
+
+
+def test_shipped_table_bolds_losses_in_main_score_and_ndcg() -> None:
+    """A row that wins on Acc@1 but not on NDCG@10 (Qwen2.5's needle at 2048 tokens) has its
+    NDCG@10 difference bold, so the table does not read as a clean win."""
+    from htp_retrieval.eval.report import Comparison, ResultSet, format_shipped_table
+
+    def comp(dataset: str, score: str, value: float, base: float,
+             ndcg: tuple[float, float] | None) -> Comparison:
+        rs = ResultSet(model="m", dataset=dataset, split="test", subset=None, length=2048,
+                       length_key="context_length", records=[], keys=[])
+        return Comparison(set=rs, label="htp", score=score, value=value, base_value=base,
+                          shipped=True, ndcg=ndcg)
+
+    rows = [comp("needle", "Acc@1", 8.0, 2.0, (35.44, 35.72)),    # wins Acc@1, loses NDCG@10
+            comp("passkey", "Acc@1", 2.0, 10.0, (27.38, 24.19)),  # loses Acc@1, wins NDCG@10
+            comp("scifact", "NDCG@10", 14.04, 9.99, None),
+            comp("qmsum", "NDCG@10", 13.80, 13.80, None)]         # a tie is not a win
+    table = format_shipped_table(rows, compare="htp", baseline="vanilla-mean")
+    assert table is not None
+    cells = {line.split(" | ")[1]: [c.strip() for c in line.strip("| ").split(" | ")[-2:]]
+             for line in table.splitlines()[2:]}
+    assert cells["needle (test)"] == ["+6.00", "**-0.28**"]
+    assert cells["passkey (test)"] == ["**-8.00**", "+3.19"]
+    assert cells["scifact (test)"] == ["+4.05", "+4.05"]
+    assert cells["qmsum (test)"] == ["**+0.00**", "**+0.00**"]
