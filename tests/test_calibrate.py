@@ -90,6 +90,7 @@ def test_calibrate_cli_writes_loadable_preset(tmp_path) -> None:
     t = raw["trials"][0]
     assert 0 <= t["htp"] <= 100 and 0 <= t["vanilla"] <= 100
     assert abs(t["gain"] - (t["htp"] - t["vanilla"])) < 1e-3
+    assert raw["min_gain"] == 1.0  # the objective's bar is recorded with the preset
     enc = HTPEncoder("smollm2-135m-instruct", "htp", preset=out)
     assert enc.tp_exit == raw["best"]["tp_exit"]
     with pytest.raises(SystemExit, match="test split"):
@@ -197,3 +198,23 @@ def test_calibrate_long_budget_axis_on_long_documents(tmp_path, one_thread) -> N
     for bad in ("qmsum", "needle:0", "2048"):
         with pytest.raises(SystemExit, match="needle:<tokens>"):
             main(["calibrate", "--data", SCIFACT, "--long-data", bad, "--output", str(out)])
+
+
+def test_objective_prefers_the_better_retriever_once_it_wins() -> None:
+    """The search maximises HTP NDCG@10 among candidates at least ``min_gain`` above
+    vanilla-mean, and the gain while none is: the first SmolLM2 run's exit layers -2
+    (HTP 52.89, vanilla 48.44) and -9 (HTP 29.71, vanilla 25.17) must pick -2, although -9's
+    gain is larger."""
+    from htp_retrieval.eval.calibrate import Trial
+
+    exit_2 = Trial({"output_layer": -2}, htp=52.89, vanilla=48.44, seconds=1.0)
+    exit_9 = Trial({"output_layer": -9}, htp=29.71, vanilla=25.17, seconds=1.0)
+    assert exit_9.gain > exit_2.gain
+    assert max([exit_9, exit_2], key=lambda t: t.objective(1.0)) is exit_2
+    # a candidate under the bar never beats one over it, however good its own score
+    level = Trial({"output_layer": -1}, htp=60.0, vanilla=59.5, seconds=1.0)
+    assert exit_9.objective(1.0) > level.objective(1.0)
+    # while nothing clears the bar, the larger gain wins
+    small = Trial({"output_layer": -3}, htp=40.0, vanilla=39.8, seconds=1.0)
+    assert level.objective(1.0) > small.objective(1.0)
+    assert max([exit_9, exit_2], key=lambda t: t.objective(5.0)) is exit_9
