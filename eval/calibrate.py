@@ -241,6 +241,109 @@ LONG_BUDGETS: tuple[Any, ...] = (0, [1024, 4], [1024, 8], [1024, 16])
 blocks past 1024 text tokens (the threshold ``htp`` ships, docs/ANALYSIS.md section 13)."""
 
 
+def _ids_digest(data: Any) -> str:
+    """A short digest of a split's query and document ids (which subsample it is)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for ids in (sorted(data.queries), sorted(data.corpus)):
+        h.update("\x1f".join(map(str, ids)).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()[:16]
+
+
+def journal_header(model: str, data: Any, split: str,
+                   long_sets: Sequence[LongSet] = ()) -> dict[str, Any]:
+    """What a trial's scores depend on: the model and the exact validation documents.
+
+    A journal (see :class:`TrialJournal`) is reused only when its header equals this one;
+    the budget, ``rounds`` and ``min_gain`` may change between runs (they steer the search,
+    not the scores).
+    """
+    return {
+        "journal": "htp-retrieval calibrate",
+        "model": model,
+        "data": {"name": data.name, "split": split, "n_queries": len(data.queries),
+                 "n_docs": len(data.corpus), "ids": _ids_digest(data)},
+        "long_data": [{"name": ls.name, "max_length": ls.max_length,
+                       "ids": _ids_digest(ls.data)} for ls in long_sets],
+    }
+
+
+class TrialJournal:
+    """An append-only JSON-lines record of a calibration's scored trials, so that an
+    interrupted ``calibrate`` (a killed job, a machine restart) resumes where it stopped
+    instead of re-encoding every trial; a later run with a larger budget extends it.
+
+    Line 1 is :func:`journal_header`; then one line per vanilla-mean score
+    (``{"vanilla": [tag, exit_layer], "ndcg": ...}``) and per trial (``{"trial": {...}}``,
+    :class:`Trial` fields), each written and flushed as soon as it is scored.
+
+    Args:
+        path: The journal file (parents created).
+        header: This run's :func:`journal_header`.
+        fresh: Start over: discard an existing journal at ``path``.
+
+    Raises:
+        ValueError: if an existing journal was written for another model or other
+            validation documents (naming the file and the differing key), or a line of it
+            is not JSON (naming the line number).
+    """
+
+    def __init__(self, path: str | Path, header: dict[str, Any], *, fresh: bool = False) -> None:
+        self.path = Path(path)
+        self.trials: dict[str, Trial] = {}
+        self.vanilla: dict[tuple[str | None, int], float] = {}
+        lines = self.path.read_text().splitlines() if self.path.exists() and not fresh else []
+        records = []
+        for i, line in enumerate(lines, 1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i == len(lines):  # the line a kill cut short: dropped, rewritten below
+                    lines = lines[:-1]
+                    break
+                raise ValueError(f"{self.path}:{i}: not a JSON line") from None
+        if records:
+            diff = [k for k in header if records[0].get(k) != header[k]]
+            if diff:
+                raise ValueError(
+                    f"{self.path} was written for another calibration ({diff[0]}: "
+                    f"{records[0].get(diff[0])!r} != {header[diff[0]]!r}); pass another "
+                    "--journal, or --fresh to discard it")
+            for rec in records[1:]:
+                if "trial" in rec:
+                    t = Trial(**rec["trial"])
+                    self.trials[self.key(t.settings, t.long)] = t
+                elif "vanilla" in rec:
+                    tag, layer = rec["vanilla"]
+                    self.vanilla[tag, int(layer)] = float(rec["ndcg"])
+            self.path.write_text("".join(x + "\n" for x in lines))
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(header, sort_keys=True) + "\n")
+
+    @staticmethod
+    def key(settings: dict[str, Any], long: bool) -> str:
+        """The identity of a candidate: its settings and which data scored it."""
+        return json.dumps([settings, long], sort_keys=True)
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+
+    def add_vanilla(self, tag: str | None, exit_layer: int, ndcg: float) -> None:
+        """Record vanilla-mean's NDCG@10 at an exit layer (``tag``: long set name or None)."""
+        self.vanilla[tag, exit_layer] = ndcg
+        self._append({"vanilla": [tag, exit_layer], "ndcg": ndcg})
+
+    def add_trial(self, trial: Trial) -> None:
+        """Record a scored trial."""
+        self.trials[self.key(trial.settings, trial.long)] = trial
+        self._append({"trial": asdict(trial)})
+
+
 def calibrate(
     model: str,
     data: Any,
@@ -252,6 +355,7 @@ def calibrate(
     log: Any = None,
     long_sets: Sequence[LongSet] = (),
     min_gain: float = 1.0,
+    journal: TrialJournal | None = None,
 ) -> Calibration:
     """Coordinate search over :func:`candidate_axes` within a time budget.
 
@@ -283,6 +387,10 @@ def calibrate(
             needle at 2048 tokens on a seed other than the test seed); empty: not searched.
         min_gain: NDCG@10 points over vanilla-mean a candidate needs before its own
             NDCG@10 decides (see :meth:`Trial.objective`).
+        journal: A :class:`TrialJournal` (header from :func:`journal_header` for the same
+            model and data): trials it holds are reused instead of run, with their recorded
+            seconds counted against the budget, so a resumed run takes the path an
+            uninterrupted one would have; new scores are appended to it as they come.
 
     Returns:
         The :class:`Calibration`.
@@ -304,9 +412,13 @@ def calibrate(
                                          "summary": probe.summary,
                                          "max_blocks": probe.max_blocks or 0,
                                          "min_block_tokens": probe.min_block_tokens or 0})
-    vanilla_at: dict[tuple[str | None, int], float] = {}
+    vanilla_at: dict[tuple[str | None, int], float] = dict(journal.vanilla) if journal else {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}
+    replayed = 0.0  # seconds of trials taken from the journal, counted against the budget
+
+    def spent() -> float:
+        return time.perf_counter() - t_begin + replayed
 
     def ndcg_pair(settings: dict[str, Any], split_data: Any, split_name: str,
                   tag: str | None, lengths: dict[str, int]) -> tuple[float, float]:
@@ -315,16 +427,28 @@ def calibrate(
         if (tag, enc.exit_layer) not in vanilla_at:
             van = HTPEncoder(model, "vanilla-mean", output_layer=settings["output_layer"],
                              **lengths)
-            vanilla_at[tag, enc.exit_layer] = run_retrieval(
-                van, split_data, split=split_name, show_progress_bar=False).scores["NDCG@10"]
+            ndcg = run_retrieval(van, split_data, split=split_name,
+                                 show_progress_bar=False).scores["NDCG@10"]
+            vanilla_at[tag, enc.exit_layer] = ndcg
+            if journal is not None:
+                journal.add_vanilla(tag, enc.exit_layer, ndcg)
         htp = run_retrieval(enc, split_data, split=split_name,
                             show_progress_bar=False).scores["NDCG@10"]
         return htp, vanilla_at[tag, enc.exit_layer]
 
     def score(settings: dict[str, Any], *, long: bool = False) -> Trial:
-        key = json.dumps([settings, long], sort_keys=True)
+        nonlocal replayed
+        key = TrialJournal.key(settings, long)
         if key in done:
             return done[key]
+        if journal is not None and key in journal.trials:
+            trial = journal.trials[key]
+            replayed += trial.seconds
+            trials.append(trial)
+            done[key] = trial
+            print(f"[calibrate, from {journal.path.name}] {settings} htp {trial.htp:.2f} "
+                  f"vanilla {trial.vanilla:.2f} gain {trial.gain:+.2f}", file=log, flush=True)
+            return trial
         t0 = time.perf_counter()
         parts = None
         if long:
@@ -339,6 +463,8 @@ def calibrate(
                       parts=parts)
         trials.append(trial)
         done[key] = trial
+        if journal is not None:
+            journal.add_trial(trial)
         where = f" on {', '.join(parts)}" if parts else ""
         print(f"[calibrate{where}] {settings} htp {htp:.2f} vanilla {van:.2f} "
               f"gain {trial.gain:+.2f} ({trial.seconds:.0f} s)", file=log, flush=True)
@@ -347,7 +473,7 @@ def calibrate(
     best_long: Trial | None = None
     if long_sets:  # first, so the main search cannot use up the budget it needs
         for lb in LONG_BUDGETS:
-            if best_long is not None and time.perf_counter() - t_begin > budget_seconds:
+            if best_long is not None and spent() > budget_seconds:
                 break
             t = score({**cur, "long_budget": lb}, long=True)
             if best_long is None or t.objective(min_gain) > best_long.objective(min_gain):
@@ -359,7 +485,7 @@ def calibrate(
         improved = False
         for axis, values in axes.items():
             for v in values:
-                if time.perf_counter() - t_begin > budget_seconds:
+                if spent() > budget_seconds:
                     break
                 cand = dict(cur)
                 if axis == "window":
@@ -369,7 +495,7 @@ def calibrate(
                 t = score(cand)
                 if t.objective(min_gain) > best.objective(min_gain):
                     best, cur, improved = t, cand, True
-        if not improved or time.perf_counter() - t_begin > budget_seconds:
+        if not improved or spent() > budget_seconds:
             break
     chosen = dict(best.settings)
     return Calibration(
@@ -443,12 +569,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             (item,) = resolve_data(task, seed=args.long_seed, context_lengths=[length])
             long_sets.append(LongSet(f"{task}-{length}-seed{args.long_seed}", item.data,
                                      length))
-    cal = calibrate(args.model, data, split=args.split,
-                    budget_seconds=args.budget_minutes * 60, rounds=args.rounds,
-                    long_sets=long_sets, min_gain=args.min_gain)
-    cal.command = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     out = Path(args.output) if args.output else Path(
         "presets") / f"{args.model.replace('/', '__')}.json"
+    journal_path = Path(args.journal) if args.journal else out.with_suffix(".trials.jsonl")
+    try:
+        journal = TrialJournal(journal_path,
+                               journal_header(args.model, data, args.split, long_sets),
+                               fresh=args.fresh)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if journal.trials:
+        print(f"[calibrate] resuming: {len(journal.trials)} scored trials in {journal_path}",
+              file=sys.stderr)
+    cal = calibrate(args.model, data, split=args.split,
+                    budget_seconds=args.budget_minutes * 60, rounds=args.rounds,
+                    long_sets=long_sets, min_gain=args.min_gain, journal=journal)
+    cal.command = "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     cal.save(out)
     print("| trial | data | settings | HTP | vanilla-mean | gain |\n|---|---|---|---|---|---|")
     for i, t in enumerate(cal.trials):
@@ -481,5 +617,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-gain", type=float, default=1.0,
                    help="NDCG@10 points over vanilla-mean (same exit layer) a candidate needs "
                    "before its own NDCG@10 decides; below it, the larger gain wins (default 1.0)")
+    p.add_argument("--journal", default=None,
+                   help="trial journal (JSON lines; default <output>.trials.jsonl): scored "
+                   "trials are appended as they finish, and a rerun with the same model and "
+                   "data reuses them, so an interrupted calibration resumes and a larger "
+                   "budget extends one")
+    p.add_argument("--fresh", action="store_true",
+                   help="discard an existing journal and score every trial again")
     p.add_argument("--allow-test", action="store_true")
     p.set_defaults(func=cmd_calibrate)

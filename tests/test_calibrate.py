@@ -97,6 +97,47 @@ def test_calibrate_cli_writes_loadable_preset(tmp_path) -> None:
         main(["calibrate", "--data", SCIFACT, "--split", "test", "--output", str(out)])
 
 
+@pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")
+def test_calibrate_resumes_from_its_trial_journal(tmp_path, capsys) -> None:  # noqa: ANN001
+    """An interrupted calibration resumes: scored trials are read back from the journal
+    (a line torn by the kill is dropped), their seconds count against the budget, and a
+    journal of other data is refused by name."""
+    from htp_retrieval.cli import main
+
+    out = tmp_path / "smol.json"
+    args = ["calibrate", "--data", SCIFACT, "--max-queries", "4", "--max-docs", "12",
+            "--output", str(out)]
+    assert main([*args, "--budget-minutes", "0"]) == 0
+    journal = tmp_path / "smol.trials.jsonl"  # default: next to the preset
+    lines = journal.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["model"] == "smollm2-135m-instruct" and header["data"]["n_docs"] == 12
+    assert sum('"vanilla"' in x and '"trial"' not in x for x in lines[1:]) == 1
+    (first,) = [json.loads(x)["trial"] for x in lines if x.startswith('{"trial"')]
+    first_preset = json.loads(out.read_text())
+    # a kill while writing leaves a torn line; the starting trial took "a long time"
+    first["seconds"] = 1e6
+    journal.write_text("\n".join([*lines[:-1], json.dumps({"trial": first})])
+                       + '\n{"trial": {"sett')
+    capsys.readouterr()
+    # a 60-minute budget: the replayed 1e6 s already exceed it, so nothing new runs
+    assert main([*args, "--budget-minutes", "60"]) == 0
+    err = capsys.readouterr().err
+    assert "resuming: 1 scored trials" in err and "from smol.trials.jsonl" in err
+    resumed = json.loads(out.read_text())
+    assert len(resumed["trials"]) == 1
+    assert resumed["trials"][0]["htp"] == first_preset["trials"][0]["htp"]
+    assert resumed["best"] == first_preset["best"]
+    after = journal.read_text().splitlines()
+    assert len(after) == len(lines) and all(json.loads(x) for x in after)  # torn line gone
+    with pytest.raises(SystemExit, match="another calibration"):
+        main(["calibrate", "--data", SCIFACT, "--max-queries", "4", "--max-docs", "13",
+              "--output", str(out)])
+    assert main([*args, "--budget-minutes", "0", "--fresh"]) == 0
+    assert "resuming" not in capsys.readouterr().err
+    assert json.loads(out.read_text())["trials"][0]["seconds"] < 1e6
+
+
 def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa: ANN001
     """The density cap of adaptive K, from the argument or a preset, in the layouts."""
     from htp_retrieval.encoder import HTPEncoder
