@@ -705,37 +705,50 @@ def format_length_table(sets: Sequence[ResultSet]) -> str | None:
 
 
 def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
-    """Main score vs K per method with sentence blocks (paper Table 12); methods that K does
-    not affect are drawn as horizontal lines. ``None`` unless some method has 2+ K values."""
-    score = rs.main_score
+    """Score vs K per method with sentence blocks (paper Table 12); methods that K does not
+    affect are drawn as horizontal lines. One panel for the main score, and a second for
+    NDCG@10 where the main score is another (needle/passkey: Acc@1), as the paper's table
+    and issue 6's targets are in NDCG@10. ``None`` unless some method has 2+ K values."""
     other = [k for k in rs.keys if k != "k"]
-    lines: dict[str, list[tuple[int, float]]] = {}
-    flat: dict[str, float] = {}
-    for r in rs.records:
-        if score not in r.scores:
-            continue
-        if key_is_relevant(r.method, "k") and _is_number(r.config.get("k")):
-            lines.setdefault(variant_label(r, other), []).append((int(r.config["k"]),
-                                                                  r.scores[score]))
-        elif r.method == baseline or not any(key_is_relevant(r.method, k) for k in other):
-            flat.setdefault(variant_label(r, other), r.scores[score])
-    lines = {k: v for k, v in lines.items() if len({x for x, _ in v}) >= 2}
-    if not lines:
+    scores = [rs.main_score]
+    if rs.main_score != "NDCG@10" and any("NDCG@10" in r.scores for r in rs.records):
+        scores.append("NDCG@10")
+
+    def series(score: str | None) -> tuple[dict[str, list[tuple[int, float]]],
+                                            dict[str, float]]:
+        lines: dict[str, list[tuple[int, float]]] = {}
+        flat: dict[str, float] = {}
+        for r in rs.records:
+            if score not in r.scores:
+                continue
+            if key_is_relevant(r.method, "k") and _is_number(r.config.get("k")):
+                lines.setdefault(variant_label(r, other), []).append(
+                    (int(r.config["k"]), r.scores[score]))
+            elif r.method == baseline or not any(key_is_relevant(r.method, k) for k in other):
+                flat.setdefault(variant_label(r, other), r.scores[score])
+        return {k: v for k, v in lines.items() if len({x for x, _ in v}) >= 2}, flat
+
+    panels = [(score, *series(score)) for score in scores]
+    if not panels[0][1]:
         return None
-    ks = sorted({x for v in lines.values() for x, _ in v})
-    fig, (ax,) = _pyplot_free_figure((7, 4.5))
-    for i, (label, pts) in enumerate(lines.items()):
-        xs, ys = zip(*sorted(pts))
-        ax.plot(xs, ys, marker="o", label=label, color=f"C{i}")
-    for j, (label, y) in enumerate(flat.items()):
-        ax.axhline(y, linestyle="--", linewidth=1.2, label=label,
-                   color="gray" if label == baseline else f"C{len(lines) + j}")
-    _log2_axis(ax, ks)
-    ax.set_xlabel("K (sentences per block)")
-    ax.set_ylabel(score or "")
-    ax.set_title(f"{rs.model} / {rs.dataset}: {score} vs K")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ks = sorted({x for v in panels[0][1].values() for x, _ in v})
+    n_labels = len(panels[0][1]) + len(panels[0][2])
+    fig, axes = _pyplot_free_figure((7, 3.6 * len(panels) + 0.25 * n_labels), len(panels))
+    for ax, (score, lines, flat) in zip(axes, panels):
+        for i, (label, pts) in enumerate(lines.items()):
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, marker="o", label=label, color=f"C{i}")
+        for j, (label, y) in enumerate(flat.items()):
+            ax.axhline(y, linestyle="--", linewidth=1.2, label=label,
+                       color="gray" if label == baseline else f"C{len(lines) + j}")
+        _log2_axis(ax, ks)
+        ax.set_ylabel(score or "")
+        ax.set_title(f"{rs.model} / {rs.dataset}: {score} vs K")
+        ax.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("K (sentences per block)")
+    # below the last panel, so the legend never hides a point
+    axes[-1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1,
+                    frameon=False)
     return _save(fig, path)
 
 
