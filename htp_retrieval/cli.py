@@ -124,14 +124,16 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval blocks: {e}") from e
     fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0, min_block_tokens=0,
-                       long_budget=0, max_length=args.max_length)
+                       long_budget=0, max_length=args.max_length or 512)
     policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
                         max_blocks=args.max_blocks, min_block_tokens=args.min_block_tokens,
-                        long_budget=args.long_budget, max_length=args.max_length)
+                        long_budget=args.long_budget, max_length=args.max_length or 512)
     budget = policy.max_blocks
     dense = policy.min_block_tokens
     long = policy.long_budget
-    print(f"{args.method}, {args.max_length} text tokens, minimum K "
+    length = (f"{args.max_length} text tokens" if args.max_length
+              else "text tokens up to each context length (needle/passkey) or 512")
+    print(f"{args.method}, {length}, minimum K "
           f"{policy.spec.sentences_per_block}, block budget {budget}"
           + (f", at least {dense} text tokens per block" if dense else "")
           + (f", at most {long[1]} blocks past {long[0]} text tokens" if long else ""))
@@ -142,6 +144,7 @@ def cmd_blocks(args: argparse.Namespace) -> int:
                  + (f", long_budget={long[0]}:{long[1]}" if long else ""))
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
+        fixed.max_length = policy.max_length = args.max_length or it.context_length or 512
         label = f"{it.name}-{it.split}" + (
             f" @{it.context_length}" if it.context_length is not None else "")
         for rule, enc in (("fixed", fixed), (rule_name, policy)):
@@ -294,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
                    help="long-text budget of the policy: at most B_L blocks past L text "
                    "tokens (default: the method's; 0: none)")
-    p.add_argument("--max-length", type=int, default=512, help="max text tokens per document")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="max text tokens per document (default: for needle/passkey each "
+                   "context length, as `eval` uses; otherwise 512)")
     p.set_defaults(func=cmd_blocks)
 
     args = parser.parse_args(argv)

@@ -88,3 +88,18 @@ def test_blocks_command_keeps_qmsum_within_the_block_budget(capsys) -> None:  # 
     assert int(fixed[7]) > 32 and int(fixed[8]) > 0  # fixed K = 1: some documents exceed 32
     assert policy[3] == policy[7] == "8" and policy[8] == "0"  # the policy: 8 blocks each
     assert float(policy[9]) < float(fixed[9])  # fewer placeholders per text token
+
+
+@pytest.mark.skipif(not os.path.isdir(QMSUM), reason="../shared/data missing")
+def test_blocks_command_measures_needle_at_its_context_length(capsys) -> None:  # noqa: ANN001
+    """Without ``--max-length``, needle documents are laid out at their context length, as
+    ``eval`` encodes them: at 1,100 tokens (past 1024) the shipped policy gives 8 blocks,
+    which a 512-token cut could never show."""
+    assert main(["blocks", "--data", "needle", "--context-lengths", "1100"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+              if line.startswith("| needle-test @1100") and "long_budget=1024:8" in line]
+    assert row[3] == row[7] == "8"  # every document: 8 blocks past 1024 text tokens
+    (fixed,) = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+                if line.startswith("| needle-test @1100 | fixed")]
+    assert int(fixed[3]) > 32  # one block per sentence over ~1,100 tokens of essay
