@@ -228,7 +228,8 @@ class LongSet:
     Attributes:
         name: How the set is recorded, e.g. ``needle-2048-seed1``.
         data: A :class:`~htp_retrieval.eval.data.BeirData`.
-        max_length: Max text tokens for its documents (the context length).
+        max_length: The context length its documents were generated at; they are encoded
+            whole (:func:`~htp_retrieval.eval.harness.encode_length`), as ``eval`` does.
     """
 
     name: str
@@ -296,12 +297,13 @@ class TrialJournal:
         self.vanilla: dict[tuple[str | None, int], float] = {}
         lines = self.path.read_text().splitlines() if self.path.exists() and not fresh else []
         records = []
+        torn = False
         for i, line in enumerate(lines, 1):
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 if i == len(lines):  # the line a kill cut short: dropped, rewritten below
-                    lines = lines[:-1]
+                    lines, torn = lines[:-1], True
                     break
                 raise ValueError(f"{self.path}:{i}: not a JSON line") from None
         if records:
@@ -318,7 +320,8 @@ class TrialJournal:
                 elif "vanilla" in rec:
                     tag, layer = rec["vanilla"]
                     self.vanilla[tag, int(layer)] = float(rec["ndcg"])
-            self.path.write_text("".join(x + "\n" for x in lines))
+            if torn:  # so that appends start on a line of their own
+                self.path.write_text("".join(x + "\n" for x in lines))
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(header, sort_keys=True) + "\n")
@@ -401,6 +404,7 @@ def calibrate(
     if len({ls.name for ls in long_sets}) != len(long_sets):
         raise ValueError(f"long sets need distinct names, got {[ls.name for ls in long_sets]}")
     from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.harness import encode_length
     from htp_retrieval.eval.retrieval import run_retrieval
 
     log = log or sys.stderr
@@ -412,6 +416,10 @@ def calibrate(
                                          "summary": probe.summary,
                                          "max_blocks": probe.max_blocks or 0,
                                          "min_block_tokens": probe.min_block_tokens or 0})
+    # long documents are encoded whole, as `eval` encodes them (the synthetic tokenizer
+    # that measured them may count fewer tokens than this model's)
+    long_lengths = {ls.name: encode_length(probe, ls.data, context_length=ls.max_length)
+                    for ls in long_sets}
     vanilla_at: dict[tuple[str | None, int], float] = dict(journal.vanilla) if journal else {}
     trials: list[Trial] = []
     done: dict[str, Trial] = {}
@@ -453,7 +461,7 @@ def calibrate(
         parts = None
         if long:
             parts = {ls.name: list(ndcg_pair(settings, ls.data, "test", ls.name,
-                                             {"max_length": ls.max_length}))
+                                             {"max_length": long_lengths[ls.name]}))
                      for ls in long_sets}
             htp = sum(h for h, _ in parts.values()) / len(parts)
             van = sum(v for _, v in parts.values()) / len(parts)

@@ -462,8 +462,25 @@ def print_layout(encoder: Any, item: DataItem, *, file: Any = None) -> None:
               file=out)
 
 
-def _cover_length(encoder: Any, data: BeirData, context_length: int) -> int:
-    """Max length that keeps every document whole in the model's tokens (>= context)."""
+def encode_length(encoder: Any, data: BeirData, *, max_length: int | None = None,
+                  context_length: int | None = None) -> int:
+    """Max text tokens per document that ``eval`` encodes a dataset with.
+
+    Args:
+        encoder: An :class:`~htp_retrieval.HTPEncoder` (its tokenizer measures the texts).
+        data: The dataset.
+        max_length: An explicit limit (``--max-length``); wins when given.
+        context_length: Needle/passkey: the generated length in tokens. The documents were
+            measured with the synthetic tokenizer, so in this model's tokens some may be
+            longer: the result keeps every document whole (at least ``context_length``).
+
+    Returns:
+        ``max_length``, else the covering length of a synthetic set, else 512 tokens.
+    """
+    if max_length:
+        return max_length
+    if context_length is None:
+        return 512
     texts = [data.doc_text(d) for d in data.corpus]
     ids = encoder.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
     return max([context_length, *map(len, ids)])
@@ -487,7 +504,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
     )
     if point.max_length is None and item.context_length is not None:
         assert isinstance(item.data, BeirData)
-        enc.max_length = _cover_length(enc, item.data, item.context_length)
+        enc.max_length = encode_length(enc, item.data, context_length=item.context_length)
     return enc
 
 

@@ -116,7 +116,7 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     import numpy as np
 
     from htp_retrieval.encoder import HTPEncoder
-    from htp_retrieval.eval.harness import parse_list, resolve_data
+    from htp_retrieval.eval.harness import encode_length, parse_list, resolve_data
 
     try:
         items = resolve_data(args.data, split=args.split, seed=args.seed,
@@ -132,7 +132,7 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     dense = policy.min_block_tokens
     long = policy.long_budget
     length = (f"{args.max_length} text tokens" if args.max_length
-              else "text tokens up to each context length (needle/passkey) or 512")
+              else "text tokens as `eval` encodes them (needle/passkey: whole documents)")
     print(f"{args.method}, {length}, minimum K "
           f"{policy.spec.sentences_per_block}, block budget {budget}"
           + (f", at least {dense} text tokens per block" if dense else "")
@@ -144,7 +144,9 @@ def cmd_blocks(args: argparse.Namespace) -> int:
                  + (f", long_budget={long[0]}:{long[1]}" if long else ""))
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
-        fixed.max_length = policy.max_length = args.max_length or it.context_length or 512
+        # the length `eval` encodes this set with (needle/passkey: every document whole)
+        fixed.max_length = policy.max_length = encode_length(
+            fixed, it.data, max_length=args.max_length, context_length=it.context_length)
         label = f"{it.name}-{it.split}" + (
             f" @{it.context_length}" if it.context_length is not None else "")
         for rule, enc in (("fixed", fixed), (rule_name, policy)):
@@ -298,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="long-text budget of the policy: at most B_L blocks past L text "
                    "tokens (default: the method's; 0: none)")
     p.add_argument("--max-length", type=int, default=None,
-                   help="max text tokens per document (default: for needle/passkey each "
-                   "context length, as `eval` uses; otherwise 512)")
+                   help="max text tokens per document (default: what `eval` uses: for "
+                   "needle/passkey whole documents, otherwise 512)")
     p.set_defaults(func=cmd_blocks)
 
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.harness import (
     EvalSettings,
     RunPoint,
+    encode_length,
     parse_list,
     result_name,
     sweep_points,
@@ -80,6 +81,22 @@ def test_auto_tokens_per_block_matches_sentence_count(tiny_llama) -> None:  # no
     assert fixed.config()["tokens_per_block"] == "auto"
     with pytest.raises(ValueError, match="'auto'"):
         get_method("htp-fixed-tokens").with_options(tokens_per_block="some")  # type: ignore[arg-type]
+
+
+def test_encode_length_keeps_synthetic_documents_whole(tiny_llama) -> None:  # noqa: ANN001
+    from htp_retrieval.eval.synthetic import generate
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    data = generate("passkey", 256, seed=0, n_docs=6, n_queries=2)
+    longest = max(len(tok(data.doc_text(d), add_special_tokens=False).input_ids)
+                  for d in data.corpus)
+    assert 0.85 * 256 <= longest <= 256
+    assert encode_length(enc, data, max_length=100, context_length=256) == 100  # flag wins
+    assert encode_length(enc, data) == 512  # a BEIR set without --max-length
+    assert encode_length(enc, data, context_length=256) == 256
+    # measured with a tokenizer that counts fewer tokens: the longest document, not the cut
+    assert encode_length(enc, data, context_length=64) == longest
 
 
 @needs_scifact
