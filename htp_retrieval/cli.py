@@ -170,6 +170,19 @@ def _long_budget(text: str) -> tuple[int, int] | int:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
+    """The adaptive-K policy flags (``eval``, ``blocks``): B, T and the long-text budget."""
+    p.add_argument("--max-blocks", type=int, default=None,
+                   help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
+                   "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
+    p.add_argument("--min-block-tokens", type=int, default=None,
+                   help="adaptive K density cap T: at most one block per T text tokens "
+                   "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
+    p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
+                   help="adaptive K long-text budget: at most B_L blocks past L text tokens; "
+                   "0 = none; default: the method's (htp: 1024:8)")
+
+
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="packaged name, .gguf path, local dir or hub id")
@@ -189,15 +202,7 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
         p.add_argument("--tokens-per-block", type=int, default=None,
                        help="N for htp-fixed-tokens")
-    p.add_argument("--max-blocks", type=int, default=None,
-                   help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
-                   "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
-    p.add_argument("--min-block-tokens", type=int, default=None,
-                   help="adaptive K density cap T: at most one block per T text tokens "
-                   "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
-    p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
-                   help="adaptive K long-text budget: at most B_L blocks past L text tokens; "
-                   "0 = none; default: the method's (htp: 1024:8)")
+    _add_k_policy_args(p)
     p.add_argument("--tp-start", type=int, default=None)
     p.add_argument("--tp-exit", type=int, default=None)
     p.add_argument("--output-layer", type=int, default=None,
@@ -291,14 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--method", default="htp")
     p.add_argument("--k", type=int, default=None, help="minimum sentences per block (K)")
-    p.add_argument("--max-blocks", type=int, default=None,
-                   help="block budget of the policy (default: the method's)")
-    p.add_argument("--min-block-tokens", type=int, default=None,
-                   help="density cap of the policy: at most one block per T text tokens "
-                   "(default: the method's; 0: none)")
-    p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
-                   help="long-text budget of the policy: at most B_L blocks past L text "
-                   "tokens (default: the method's; 0: none)")
+    _add_k_policy_args(p)
     p.add_argument("--max-length", type=int, default=None,
                    help="max text tokens per document (default: what `eval` uses: for "
                    "needle/passkey whole documents, otherwise 512)")
