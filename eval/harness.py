@@ -12,9 +12,11 @@ with N = ``auto``, i.e. text tokens // sentences per document).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +109,9 @@ class EvalSettings:
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.
-        command: The command line recorded in each result (``config["command"]``).
+        command: The command line recorded in each result (``config["command"]``); empty:
+            ``run_eval (Python API) <time> pid <pid>``. Cost ratios pair results with the
+            same command (timed by one call).
         show_progress_bar: tqdm bars.
         chunk_size: Documents per corpus checkpoint chunk.
         max_queries, max_docs, seed: Subsampling (and synthetic generation) settings; part
@@ -521,6 +525,10 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
         The results in run order (loaded ones included).
     """
     results: list[RetrievalResult] = []
+    # recorded in each new result; one value per call, so that the cost ratios pair
+    # results timed together (:func:`~htp_retrieval.eval.report.same_eval_call`)
+    command = settings.command or (
+        f"run_eval (Python API) {time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}")
     model_dir = settings.model.replace("/", "__")
     if model_dir.endswith(".gguf"):
         model_dir = Path(model_dir).stem
@@ -559,7 +567,7 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                 if isinstance(item.data, SyntheticData):
                     res.query_meta = synthetic_query_meta(item.data)
             res.dataset = item.name
-            res.config["command"] = settings.command
+            res.config["command"] = command
             res.config.update(settings.extra_config)
             if item.context_length is not None:
                 res.config["context_length"] = item.context_length
@@ -600,8 +608,11 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
 
     Each table lists every result of its group with the scores, encode time (s), text
     tokens/s, peak memory (MiB) and the time and memory ratios to ``baseline`` from the same
-    group (``n/a`` without one).
+    group measured by the same ``eval`` call (``n/a`` without one: a result reused from an
+    earlier call was timed under other load).
     """
+    from htp_retrieval.eval.report import same_eval_call
+
     groups: dict[tuple, list[RetrievalResult]] = {}
     for r in results:
         key = (r.dataset, r.split, r.config.get("context_length"), r.config.get("max_length"))
@@ -613,13 +624,15 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
         if ctx is not None:
             title += f", context length {ctx} tokens"
         title += f", max length {max_len}"
-        base = next((r for r in group if r.config.get("method") == baseline), None)
+        bases = [r for r in group if r.config.get("method") == baseline]
         head = ("| method | K | N | " + " | ".join(cols) + " | encode s | text tokens/s "
                 f"| peak MiB | time x {baseline} | memory x {baseline} |")
         lines = [title, "", head, "|" + "---|" * (len(cols) + 8)]
         for r in group:
             c = r.cost
             t_ratio = m_ratio = "n/a"
+            base = next((b for b in bases if b is r or same_eval_call(b.config, r.config)),
+                        None)
             if base is not None:
                 bt = base.cost.get("encode_seconds", 0.0)
                 bm = base.cost.get("peak_memory_bytes", 0)

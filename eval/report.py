@@ -386,11 +386,17 @@ class ResultSet:
                 return s
         return self.scores[0] if self.scores else None
 
-    def baseline_for(self, record: ResultRecord, baseline: str) -> ResultRecord | None:
-        """The baseline row a record's ratios use: the set's ``baseline`` record whose
+    def baseline_for(self, record: ResultRecord, baseline: str, *,
+                     same_run: bool = False) -> ResultRecord | None:
+        """The baseline row a record is compared with: the set's ``baseline`` record whose
         method-independent varying settings match the record's most closely (first in
-        table order on ties); ``None`` if the set has no baseline run."""
-        bases = [r for r in self.records if r.method == baseline]
+        table order on ties); ``None`` if the set has no baseline run.
+
+        With ``same_run``, only a baseline measured by the same ``eval`` call (the same
+        recorded command) counts: the cost ratios use that, since times from calls made
+        under other load are not comparable."""
+        bases = [r for r in self.records if r.method == baseline
+                 and (not same_run or r is record or same_eval_call(r.config, record.config))]
         if not bases:
             return None
 
@@ -400,6 +406,18 @@ class ResultSet:
                        and b.config.get(k) == record.config.get(k))
 
         return max(bases, key=lambda b: (matches(b), -bases.index(b)))
+
+
+def same_eval_call(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two results' configs were measured by one ``eval`` call (one process, one
+    load, so their times are comparable): the same recorded ``command`` line.
+
+    Args:
+        a: A result's ``config`` (needs ``command``).
+        b: Another result's ``config``.
+    """
+    cmd = a.get("command")
+    return bool(cmd) and cmd == b.get("command")
 
 
 def group_results(records: Sequence[ResultRecord]) -> list[ResultSet]:
@@ -483,14 +501,15 @@ def format_set_table(rs: ResultSet, *, baseline: str = "vanilla-mean") -> str:
 
     Columns: method, the varying config keys, the set's scores, ``encode s``,
     ``text tokens/s``, ``peak MiB``, and ``time x <baseline>`` / ``memory x <baseline>``
-    (ratios of ``encode_seconds`` and ``peak_memory_bytes`` to the set's baseline run;
-    ``n/a`` without one). A key that does not affect a method shows ``–``.
+    (ratios of ``encode_seconds`` and ``peak_memory_bytes`` to the set's baseline run made
+    by the same ``eval`` call; ``n/a`` without one). A key that does not affect a method
+    shows ``–``.
     """
     head = ["method", *rs.keys, *rs.scores, "encode s", "text tokens/s", "peak MiB",
             f"time x {baseline}", f"memory x {baseline}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rs.records:
-        base = rs.baseline_for(r, baseline)
+        base = rs.baseline_for(r, baseline, same_run=True)
         c, bc = r.cost, (base.cost if base is not None else {})
         mem = c.get("peak_memory_bytes")
         cells = [r.method]
@@ -798,7 +817,7 @@ def _cost_rows(sets: Sequence[ResultSet], baseline: str
     vals: dict[tuple[str, int | None], tuple] = {}
     for rs in sets:
         for r in sorted(rs.records, key=lambda r: _row_sort_key(r, keys)):
-            base = rs.baseline_for(r, baseline)
+            base = rs.baseline_for(r, baseline, same_run=True)
             if base is None:
                 continue
             t = _ratio(r.cost.get("encode_seconds"), base.cost.get("encode_seconds"))
@@ -818,30 +837,44 @@ def _cost_rows(sets: Sequence[ResultSet], baseline: str
 
 
 def plot_cost_ratios(sets: Sequence[ResultSet], path: Path, *, baseline: str) -> Path | None:
-    """Time and memory ratios to the baseline per method variant, one bar per length.
-    ``None`` with fewer than two variants that have a baseline and cost."""
+    """Time and memory ratios to the baseline of the same ``eval`` call, per method variant:
+    horizontal bars (variant labels can be long), one bar per length, time and memory side
+    by side. ``None`` with fewer than two variants that have such a baseline and cost."""
     labels, lengths, vals = _cost_rows(sets, baseline)
     if len(labels) < 2:
         return None
+    labels = [lab for lab in labels if lab != baseline]  # 1.0 by definition: the dashed line
+    lengths = [n for n in lengths if any((lab, n) in vals for lab in labels)]
     has_mem = any(v[1] is not None for v in vals.values())
-    fig, axes = _pyplot_free_figure((max(7.0, 0.7 * len(labels) + 2), 4.0 * (1 + has_mem) + 1),
-                                    nrows=2 if has_mem else 1)
+    n_panels = 2 if has_mem else 1
+    height = 1.6 + 0.22 * len(labels) * max(1, len(lengths)) ** 0.5 + 0.25 * len(lengths)
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the report's plots need matplotlib: pip install matplotlib "
+                          "(or pip install 'htp-retrieval[eval]'), or pass --no-plots") from e
+    fig = Figure(figsize=(6.0 + 4.0 * n_panels, max(3.0, height)), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, n_panels, sharey=True, squeeze=False)[0]
     width = 0.8 / max(1, len(lengths))
+    rows = range(len(labels))
     for ax, idx, what in zip(axes, (0, 1), ("time", "peak memory")):
         for j, length in enumerate(lengths):
-            ys = [vals.get((lab, length), (None, None))[idx] for lab in labels]
-            xs = [i + (j - (len(lengths) - 1) / 2) * width for i in range(len(labels))]
-            ax.bar([x for x, y in zip(xs, ys) if y is not None],
-                   [y for y in ys if y is not None], width=width,
-                   label=f"{_length_label(sets[0].length_key)} {length}")
-        ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel(f"{what} x {baseline}")
+            xs = [vals.get((lab, length), (None, None))[idx] for lab in labels]
+            ys = [i + (j - (len(lengths) - 1) / 2) * width for i in rows]
+            ax.barh([y for y, x in zip(ys, xs) if x is not None],
+                    [x for x in xs if x is not None], height=width,
+                    label=f"{_length_label(sets[0].length_key)} {length}")
+        ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+        ax.set_xlabel(f"{what} x {baseline} (same eval call)")
         ax.set_title(f"{what} ratio to {baseline}")
-        ax.grid(True, axis="y", alpha=0.3)
-        if len(lengths) > 1:
-            ax.legend(fontsize=7)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(list(rows))
+    axes[0].set_yticklabels(labels, fontsize=8)
+    axes[0].invert_yaxis()
+    if len(lengths) > 1:
+        axes[-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{sets[0].model} / {sets[0].dataset}: cost ratios")
     return _save(fig, path)
 
@@ -925,7 +958,10 @@ def build_report(
             f"`encode s` is corpus + query encode time in seconds, `text tokens/s` counts "
             f"text tokens only, `peak MiB` is peak memory above the level before encoding; "
             f"`time x {baseline}` and `memory x {baseline}` divide by the {baseline} run of "
-            f"the same table (same model, dataset, length and subset). Subset tables come "
+            f"the same table (same model, dataset, length and subset) made by the same "
+            f"`eval` call, and are `n/a` where {baseline} came from another call (other "
+            f"load, other chunking: `htp-retrieval bench` compares costs side by side). "
+            f"Subset tables come "
             f"from subsampled runs (`--max-queries/--max-docs`) and are not comparable "
             f"with full-split numbers.", ""]
     if notes:

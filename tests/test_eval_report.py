@@ -74,12 +74,13 @@ def _toy_beir(root: Path) -> Path:
 
 
 def _run(model, tok, data: BeirData, out: Path, method: str, length: int,  # noqa: ANN001
-         *, k: int | None = None, n: int | None = None, subset: str | None = None) -> Path:
+         *, k: int | None = None, n: int | None = None, subset: str | None = None,
+         command: str | None = None) -> Path:
     enc = HTPEncoder(model, method, tokenizer=tok, dtype="float32", max_length=length, k=k,
                      tokens_per_block=n)
     res = run_retrieval(enc, data, show_progress_bar=False)
-    res.config["command"] = (f"pytest tests/test_eval_report.py  # run_retrieval "
-                             f"method={method} max_length={length} k={k} n={n}")
+    res.config["command"] = command or (f"pytest tests/test_eval_report.py  # run_retrieval "
+                                        f"method={method} max_length={length} k={k} n={n}")
     path = out / MODEL / f"{data.name}-test" / _name(method, length, k=k, n=n,
                                                              subset=subset)
     res.save(path)
@@ -93,9 +94,10 @@ def results_dir(tiny_llama, tmp_path_factory) -> Path:  # noqa: ANN001
     out = root / "results"
     sci = subsample(load_beir(SCIFACT), n_queries=5, n_docs=15, seed=0)
     tag = "q5d15s0"
+    one_call = "pytest tests/test_eval_report.py  # one eval call, 3 methods x 2 lengths"
     for length in (32, 64):
         for method in ("vanilla-mean", "tp-mean", "htp"):
-            _run(model, tok, sci, out, method, length, subset=tag)
+            _run(model, tok, sci, out, method, length, subset=tag, command=one_call)
     _run(model, tok, sci, out, "htp-fixed-tokens", 64, n=16, subset=tag)
     for k in (2, 4):
         _run(model, tok, sci, out, "htp", 64, k=k, subset=tag)
@@ -188,6 +190,11 @@ def test_report_tables_ratios_and_statement(results_dir: Path, tmp_path: Path) -
     assert cell["memory x vanilla-mean"] == (f"{mem:.2f}" if base64.cost["peak_memory_bytes"]
                                              > 0 else "n/a")
     assert cell["Recall@100"] == f"{htp64.scores['Recall@100']:.2f}"
+    # cost ratios only against the baseline of the same eval call: the K runs came from
+    # other calls, so they have no ratio
+    k_rows = [r for r in rows if r["method"] == "htp" and r.get("k") in ("2", "4")]
+    assert len(k_rows) == 2
+    assert all(r["time x vanilla-mean"] == r["memory x vanilla-mean"] == "n/a" for r in k_rows)
     # K varies among HTP rows only: a column, and "–" where K does not apply
     assert any(r["method"] == "tp-mean" and r.get("k") == "–" for r in rows)
     # commands printed with each table

@@ -124,6 +124,19 @@ def test_max_length_and_k_sweep_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert main(argv) == 0
     assert {p: p.stat().st_mtime for p in out.rglob("*.json")} == mtimes
     assert capsys.readouterr().err.count("reusing") == 6
+    # cost ratios pair results timed by one call: reused ones keep their first call's ...
+    assert main([*argv[:4], "htp,vanilla-mean", *argv[5:]]) == 0
+    rows = sorted(line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("| htp"))
+    assert rows == sorted(line for line in table.splitlines() if line.startswith("| htp"))
+    # ... and an htp result recomputed by another call has none against the old vanilla-mean
+    one = [*argv[:4], "htp", "--max-length", "48", "--k", "1", *argv[9:]]
+    assert main([*one, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert main([*argv[:4], "vanilla-mean,htp", *one[5:]]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.endswith("| 1.00 | 1.00 |") for r in rows[1:]] == [True, False]
+    assert rows[2].startswith("| htp") and rows[2].endswith("| n/a | n/a |")
 
 
 def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> None:  # noqa: ANN001
