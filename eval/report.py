@@ -613,7 +613,8 @@ def _set_title(rs: ResultSet) -> str:
 
 
 # --------------------------------------------------------------------------- plots
-def _pyplot_free_figure(figsize: tuple[float, float], nrows: int = 1):  # noqa: ANN202
+def _pyplot_free_figure(figsize: tuple[float, float], nrows: int = 1,  # noqa: ANN202
+                        ncols: int = 1, *, sharey: bool = False):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -624,7 +625,7 @@ def _pyplot_free_figure(figsize: tuple[float, float], nrows: int = 1):  # noqa: 
         ) from e
     fig = Figure(figsize=figsize, dpi=100)
     FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(nrows, 1, i + 1) for i in range(nrows)]
+    axes = list(fig.subplots(nrows, ncols, sharey=sharey, squeeze=False).ravel())
     return fig, axes
 
 
@@ -848,15 +849,8 @@ def plot_cost_ratios(sets: Sequence[ResultSet], path: Path, *, baseline: str) ->
     has_mem = any(v[1] is not None for v in vals.values())
     n_panels = 2 if has_mem else 1
     height = 1.6 + 0.22 * len(labels) * max(1, len(lengths)) ** 0.5 + 0.25 * len(lengths)
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the report's plots need matplotlib: pip install matplotlib "
-                          "(or pip install 'htp-retrieval[eval]'), or pass --no-plots") from e
-    fig = Figure(figsize=(6.0 + 4.0 * n_panels, max(3.0, height)), dpi=100)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, n_panels, sharey=True, squeeze=False)[0]
+    fig, axes = _pyplot_free_figure((6.0 + 4.0 * n_panels, max(3.0, height)), 1, n_panels,
+                                    sharey=True)
     width = 0.8 / max(1, len(lengths))
     rows = range(len(labels))
     for ax, idx, what in zip(axes, (0, 1), ("time", "peak memory")):
