@@ -377,7 +377,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.data import load_beir, subsample
-    from htp_retrieval.eval.harness import SYNTHETIC_METRICS
+    from htp_retrieval.eval.harness import SYNTHETIC_METRICS, encode_length
     from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
     from htp_retrieval.eval.synthetic import synthetic_query_meta
 
@@ -396,12 +396,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         from htp_retrieval.eval.harness import resolve_data
 
         task, length = synthetic
-        # exactly the data `eval --data <task> --context-lengths <length> --seed S` scores;
-        # max length = the context length
+        # exactly the data `eval --data <task> --context-lengths <length> --seed S` scores,
+        # encoded as it encodes them (every document whole: set below, once measured)
         (item,) = resolve_data(task, seed=args.seed, context_lengths=[length],
                                max_queries=args.max_queries or 0, max_docs=args.max_docs or 0)
         data = item.data
-        max_length = length
+        max_length = None
         tag = f"{task}-{length}-seed{args.seed}"
     else:
         if args.max_queries is None:
@@ -424,8 +424,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             continue
         seen.add(name)
         path = out / f"{name}.json"
-        ekw.setdefault("max_length", max_length)
         enc = HTPEncoder(args.model, **ekw)
+        if "max_length" not in ekw:
+            if max_length is None:  # needle/passkey, measured with this model's tokenizer
+                max_length = encode_length(enc, data, context_length=synthetic[1])
+            ekw["max_length"] = enc.max_length = max_length
         qmethod = rkw.pop("query_method", None)
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
@@ -560,7 +563,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                    help="BEIR: relevant documents + distractors (default 400, 0: all); "
                    "needle/passkey: candidate documents (default 100)")
     q.add_argument("--max-length", type=int, default=512,
-                   help="max text tokens (BEIR data; needle/passkey use the context length)")
+                   help="max text tokens (BEIR data; needle/passkey documents are encoded "
+                   "whole, as `eval` encodes them)")
     q.add_argument("--seed", type=int, default=0,
                    help="subsampling seed; needle/passkey: generation seed")
     q.add_argument("--threads", type=int, default=0)
