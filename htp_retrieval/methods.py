@@ -64,7 +64,9 @@ class MethodSpec:
             (:func:`htp_retrieval.layout.adaptive_k`); ``None``: no such budget. ``htp``
             ships ``(1024, 8)``: on needle documents of 2048 and 8192 tokens, 8 blocks
             scored best on a seed other than the test seed, while at 1024 tokens the
-            density cap's 16 win and 8 lose (docs/ANALYSIS.md, sections 12 and 13).
+            density cap's 16 win and 8 lose (docs/ANALYSIS.md, sections 12 and 13). A
+            model family's preset may set its own in place of it
+            (:attr:`htp_retrieval.models.LayerPreset.long_budget`).
         description: One line for the README's method table.
     """
 

@@ -101,3 +101,17 @@ def test_report_counts_the_family_budget_as_shipped(
     assert variant_label(fam, keys) == \
         f"htp (long_budget={qwen2_budget[0]}:{qwen2_budget[1]}, default)"
     assert variant_label(own, keys) == "htp (long_budget=1024:8)"
+
+
+def test_shipped_qwen2_budget_names_its_runs() -> None:
+    """Qwen2 ships 4 blocks past 1024 text tokens (docs/ANALYSIS.md section 14): a default
+    run at 2048 tokens shares its file with ``--long-budget 1024:4``, and the method's own
+    (1024, 8) is named as the variant it now is."""
+    family = model_type_of("qwen2.5-coder-0.5b-instruct")
+    htp = RunPoint(get_method("htp"), None)
+    assert result_name(htp, EvalSettings(), context_length=2048, model_type=family) == \
+        result_name(htp, EvalSettings(long_budget=(1024, 4)), context_length=2048,
+                    model_type=family) == "htp__ctx2048__lb1024-4__mbt64.json"
+    assert result_name(htp, EvalSettings(), context_length=1024, model_type=family) == \
+        "htp__ctx1024__mbt64.json"  # up to 1024 tokens the budget cannot bind
+    assert default_long_budget(HTP_OWN, model_type_of("smollm2-135m-instruct")) == HTP_OWN
