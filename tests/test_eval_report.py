@@ -390,6 +390,8 @@ def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
         f.write_text(json.dumps({"dataset": "needle", "split": "test",
                                  "scores": {"NDCG@10": float(i)},
                                  "config": {"model": MODEL, "method": method, "k": 1,
+                                            "tokens_per_block": 32,
+                                            "segmenter": "sentencizer",
                                             "context_length": ctx, **cfg}}))
         recs.append(f)
     from htp_retrieval.eval.report import read_result

@@ -89,6 +89,7 @@ def test_report_counts_the_family_budget_as_shipped(
         f.write_text(json.dumps({
             "dataset": "needle", "split": "test", "scores": {"NDCG@10": 1.0},
             "config": {"model": model, "method": "htp", "k": 1, "summary": "mean",
+                       "tokens_per_block": 32, "segmenter": "sentencizer",
                        "max_blocks": 32, "min_block_tokens": 64, "max_length": 2048,
                        "context_length": 2048, "long_budget": long_budget}}))
         return read_result(f)
@@ -98,6 +99,8 @@ def test_report_counts_the_family_budget_as_shipped(
     smol = rec("c", "smollm2-135m-instruct", list(HTP_OWN))
     keys = ["long_budget"]
     assert is_shipped(fam, keys) and not is_shipped(own, keys) and is_shipped(smol, keys)
+    # alone in its table (nothing varies) the method's budget is still not Qwen's shipped one
+    assert is_shipped(fam, []) and not is_shipped(own, []) and is_shipped(smol, [])
     assert variant_label(fam, keys) == \
         f"htp (long_budget={qwen2_budget[0]}:{qwen2_budget[1]}, default)"
     assert variant_label(own, keys) == "htp (long_budget=1024:8)"
