@@ -332,14 +332,9 @@ def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
             "long_budget": list(long_budget) if long_budget else None}
 
 
-SPEC_KEYS = ("k", "tokens_per_block", "summary", "max_blocks", "min_block_tokens", "segmenter",
-             "long_budget")
-"""Config keys whose shipped value a :class:`~htp_retrieval.methods.MethodSpec` fixes."""
-
-
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     """Whether ``record`` runs its method with the shipped settings: every setting its
-    method's spec fixes (:data:`SPEC_KEYS`) and every one of ``keys`` (the settings that
+    method's spec fixes (the keys of :func:`_spec_defaults`) and every one of ``keys`` (the settings that
     vary where it is shown) that matters to the method (:func:`key_is_relevant`) is at the
     default for the record's model (:func:`_spec_defaults`; the long budget may be the
     family's). A fixed setting is checked even where no other row of the table varies it:
@@ -347,11 +342,12 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     its own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are
     always shipped. On needle/passkey a ``max_length`` equal to the context length is the
     default too."""
-    defaults = dict(_spec_defaults(record.method, record.config.get("model")))
+    spec_defaults = _spec_defaults(record.method, record.config.get("model"))
+    defaults = dict(spec_defaults)
     if record.length_key == "context_length":  # needle/passkey: text cut at the context
         defaults["max_length"] = record.length
     return all(k in defaults and record.config.get(k) == defaults[k]
-               for k in (*keys, *SPEC_KEYS) if key_is_relevant(record.method, k))
+               for k in {*keys, *spec_defaults} if key_is_relevant(record.method, k))
 
 
 def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
