@@ -333,15 +333,17 @@ def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
 
 
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
-    """Whether ``record`` runs its method with the shipped settings: every setting its
-    method's spec fixes (the keys of :func:`_spec_defaults`) and every one of ``keys`` (the settings that
-    vary where it is shown) that matters to the method (:func:`key_is_relevant`) is at the
-    default for the record's model (:func:`_spec_defaults`; the long budget may be the
-    family's). A fixed setting is checked even where no other row of the table varies it:
-    a lone off-default row (fixed K on a subset, the method's long budget on a family with
-    its own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are
-    always shipped. On needle/passkey a ``max_length`` equal to the context length is the
-    default too."""
+    """Whether ``record`` runs its method with the shipped settings for its model.
+
+    Checked: every setting the method's spec fixes (the keys of :func:`_spec_defaults`,
+    where the long budget may be the model family's), even where no other row of the table
+    varies it, and every one of ``keys`` (the settings that vary where the record is
+    shown); only keys that matter to the method (:func:`key_is_relevant`) count. So a lone
+    off-default row (fixed K on a subset, the method's long budget on a family with its
+    own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are always
+    shipped. On needle/passkey a ``max_length`` equal to the context length is the default
+    too.
+    """
     spec_defaults = _spec_defaults(record.method, record.config.get("model"))
     defaults = dict(spec_defaults)
     if record.length_key == "context_length":  # needle/passkey: text cut at the context
