@@ -180,7 +180,8 @@ def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
                    "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
     p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
                    help="adaptive K long-text budget: at most B_L blocks past L text tokens; "
-                   "0 = none; default: the method's (htp: 1024:8)")
+                   "0 = none; default: the --preset's, else the model family's (qwen2: 1024:4), "
+                   "else the method's (htp: 1024:8)")
 
 
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
