@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from htp_retrieval.methods import METHODS
+from htp_retrieval.models import LAYER_PRESETS
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -171,17 +172,27 @@ def _long_budget(text: str) -> tuple[int, int] | int:
 
 
 def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
-    """The adaptive-K policy flags (``eval``, ``blocks``): B, T and the long-text budget."""
+    """The adaptive-K policy flags (``eval``, ``blocks``): B, T and the long-text budget.
+
+    The defaults named in the help are read from the ``htp`` spec and the family presets.
+    """
+    htp = METHODS["htp"]
+    lb = "none" if htp.long_budget is None else "{}:{}".format(*htp.long_budget)
+    families = ", ".join(f"{t}: {b[0]}:{b[1]}" for t, pre in LAYER_PRESETS.items()
+                         if (b := pre.long_budget) is not None)
     p.add_argument("--max-blocks", type=int, default=None,
                    help="adaptive K: at most this many <PST>/<B-PST> blocks per document "
-                   "(K grows to ceil(sentences / B)); 0 = fixed K; default: the method's (htp: 32)")
+                   "(K grows to ceil(sentences / B)); 0 = fixed K; "
+                   f"default: the method's (htp: {htp.max_blocks})")
     p.add_argument("--min-block-tokens", type=int, default=None,
                    help="adaptive K density cap T: at most one block per T text tokens "
-                   "(budget min(B, tokens // T)); 0 = no cap; default: the method's (htp: 64)")
+                   "(budget min(B, tokens // T)); 0 = no cap; "
+                   f"default: the method's (htp: {htp.min_block_tokens})")
     p.add_argument("--long-budget", type=_long_budget, default=None, metavar="L:B_L",
                    help="adaptive K long-text budget: at most B_L blocks past L text tokens; "
-                   "0 = none; default: the --preset's, else the model family's (qwen2: 1024:4), "
-                   "else the method's (htp: 1024:8)")
+                   "0 = none; default: the --preset's, else the model family's "
+                   f"({families}), else the method's "
+                   f"(htp: {lb})")
 
 
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:

@@ -118,3 +118,20 @@ def test_shipped_qwen2_budget_names_its_runs() -> None:
     assert result_name(htp, EvalSettings(), context_length=1024, model_type=family) == \
         "htp__ctx1024__mbt64.json"  # up to 1024 tokens the budget cannot bind
     assert default_long_budget(HTP_OWN, model_type_of("smollm2-135m-instruct")) == HTP_OWN
+
+
+def test_k_policy_help_names_the_spec_and_family_defaults(qwen2_budget: tuple[int, int]) -> None:
+    """The ``--long-budget``/``--max-blocks``/``--min-block-tokens`` help reads its defaults
+    from the ``htp`` spec and the family presets, so it cannot drift from what runs."""
+    import argparse
+
+    from htp_retrieval.cli import _add_k_policy_args
+
+    p = argparse.ArgumentParser(prog="x", formatter_class=argparse.RawTextHelpFormatter)
+    _add_k_policy_args(p)
+    text = " ".join(p.format_help().split())
+    htp = get_method("htp")
+    assert f"(qwen2: {qwen2_budget[0]}:{qwen2_budget[1]})" in text
+    assert f"(htp: {HTP_OWN[0]}:{HTP_OWN[1]})" in text
+    assert f"(htp: {htp.max_blocks})" in text
+    assert f"(htp: {htp.min_block_tokens})" in text
