@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -815,15 +816,17 @@ def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
         tag = (f"sentences, K={_fmt_value(r.config.get('k'))}" if spec.blocks == "sentence"
                else f"tokens, N={_fmt_value(r.config.get('tokens_per_block'))}")
         extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
-        label = variant_label(r, extra)
+        # wrapped, so labels listing several variant keys stay inside the figure
+        label = textwrap.fill(variant_label(r, extra), width=26)
         bars.append((f"{label}\n{tag}", r.scores[score]))
     if kinds != {"sentence", "tokens"}:
         return None
-    fig, (ax,) = _pyplot_free_figure((max(5.0, 1.1 * len(bars) + 2), 5.0))
+    lines = max(b[0].count("\n") + 1 for b in bars)
+    fig, (ax,) = _pyplot_free_figure((max(6.0, 1.9 * len(bars) + 1.5), 4.0 + 0.14 * lines))
     xs = range(len(bars))
     ax.bar(xs, [b[1] for b in bars], color=["C0" if "sentences" in b[0] else "C1" for b in bars])
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([b[0] for b in bars], fontsize=8, rotation=30, ha="right")
+    ax.set_xticklabels([b[0] for b in bars], fontsize=7)
     base = [r for r in rs.records if r.method == baseline and score in r.scores]
     vals = [b[1] for b in bars] + ([base[0].scores[score]] if base else [])
     if base:
