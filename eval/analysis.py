@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -505,6 +506,107 @@ def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
     return "\n".join(lines)
 
 
+_SEED_OR_CTX = re.compile(r"__(?:seed|ctx)\d+")
+
+
+def seed_tables(paths: Sequence[str | Path], *, baseline: str = "vanilla-mean",
+                metric: str = "NDCG@10") -> str:
+    """:func:`seed_table` per model, dataset and context length, over needle/passkey
+    results generated with different ``--seed`` values.
+
+    Args:
+        paths: Results JSONs or folders of them (not searched recursively), e.g.
+            ``results/h100/<model>/needle-test results/seeds-h100/<model>/needle-test``.
+        baseline: Variant the ``Δ mean`` column compares with (a file stem without its
+            ``__ctxN`` and ``__seedN`` parts, e.g. ``vanilla-mean``).
+        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
+
+    Returns:
+        Markdown: a heading and a table per (model, dataset, context length), one column
+        per seed, a row per variant (the file stem without ``__ctxN``/``__seedN``, so a
+        setting other than the default stays in the name, e.g. ``htp__mb8__mbt64``).
+
+    Raises:
+        ValueError: if a path is missing or holds no results JSON, if a result has no generator seed
+            (not a needle/passkey run; the message names the file), or if two files give
+            the same variant, seed and length.
+    """
+    from htp_retrieval.eval.report import read_result
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ValueError(f"no such results file or folder: {p}")
+        found = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        if not found:
+            raise ValueError(f"no results JSON in {p}")
+        files.extend(found)
+    groups: dict[tuple[str, str, int | None], dict[int, list[tuple[str, Any]]]] = {}
+    seen: dict[tuple[str, str, int | None, int, str], Path] = {}
+    for f in files:
+        rec = read_result(f)
+        synthetic = rec.config.get("synthetic")
+        if not isinstance(synthetic, dict) or "seed" not in synthetic:
+            raise ValueError(f"{f}: no generator seed in its config (not a needle/passkey "
+                             "result)")
+        seed, variant = int(synthetic["seed"]), _SEED_OR_CTX.sub("", f.stem)
+        key = (rec.model, rec.dataset, rec.length)
+        if (*key, seed, variant) in seen:
+            raise ValueError(f"{f} and {seen[(*key, seed, variant)]} are both {variant} "
+                             f"at seed {seed}")
+        seen[(*key, seed, variant)] = f
+        groups.setdefault(key, {}).setdefault(seed, []).append((variant, rec))
+    out = []
+    for (model, dataset, length), by_seed in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+        folders = [(f"seed {s}", by_seed[s]) for s in sorted(by_seed)]
+        out += [f"### {model} / {dataset}, context length {length} tokens ({metric})", "",
+                seed_table(folders, baseline=baseline, metric=metric), ""]
+    return "\n".join(out)
+
+
+def compare_roots(root_a: str | Path, root_b: str | Path, *, metric: str = "NDCG@10"
+                  ) -> str:
+    """The same runs in two results trees (another device, dtype or version), side by side.
+
+    Every JSON under ``root_b`` whose relative path also exists under ``root_a`` is one row:
+    the two scores and their difference. Used for CPU against H100 runs of the same
+    commands (docs/ANALYSIS.md, section 15).
+
+    Args:
+        root_a: Results tree read as the reference, e.g. ``results``.
+        root_b: Results tree of the re-runs, e.g. ``results/h100``.
+        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
+
+    Returns:
+        A Markdown table (``run | a | b | b - a``) and a line with the mean and largest
+        absolute difference.
+
+    Raises:
+        ValueError: if no file of ``root_b`` has a counterpart in ``root_a``.
+    """
+    from htp_retrieval.eval.report import read_result
+
+    a, b = Path(root_a), Path(root_b)
+    rows = []
+    for fb in sorted(b.rglob("*.json")):
+        fa = a / fb.relative_to(b)
+        if not fa.is_file():
+            continue
+        sa, sb = read_result(fa).scores.get(metric), read_result(fb).scores.get(metric)
+        if sa is None or sb is None:
+            continue
+        rows.append((str(fb.relative_to(b)), float(sa), float(sb)))
+    if not rows:
+        raise ValueError(f"no results JSON under {b} has a counterpart under {a}")
+    lines = [f"| run | {a} | {b} | difference |", "|---|---|---|---|"]
+    lines += [f"| {r} | {sa:.2f} | {sb:.2f} | {sb - sa:+.2f} |" for r, sa, sb in rows]
+    diffs = [abs(sb - sa) for _, sa, sb in rows]
+    lines += ["", f"{len(rows)} runs in both: mean absolute difference {np.mean(diffs):.2f}, "
+              f"largest {max(diffs):.2f} ({metric})."]
+    return "\n".join(lines)
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from htp_retrieval.eval.retrieval import RetrievalResult
 
@@ -523,6 +625,22 @@ def cmd_table(args: argparse.Namespace) -> int:
         print(seed_table(folders, baseline=args.baseline, metric=args.metric))
     except ValueError as e:
         raise SystemExit(f"htp-retrieval analyze table: {e}") from e
+    return 0
+
+
+def cmd_seeds(args: argparse.Namespace) -> int:
+    try:
+        print(seed_tables(args.results, baseline=args.baseline, metric=args.metric))
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval analyze seeds: {e}") from e
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    try:
+        print(compare_roots(args.root_a, args.root_b, metric=args.metric))
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval analyze compare: {e}") from e
     return 0
 
 
@@ -583,6 +701,22 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--baseline", default="vanilla-mean", help="first row (deltas against it)")
     q.add_argument("--metric", default="NDCG@10", help="score across folders (several folders)")
     q.set_defaults(func=cmd_table)
+
+    q = asub.add_parser("seeds", help="needle/passkey results of several --seed values: "
+                        "one table per model, dataset and context length, with means")
+    q.add_argument("results", nargs="+",
+                   help="results JSONs or folders, e.g. results/seeds-h100/<model>/needle-test")
+    q.add_argument("--baseline", default="vanilla-mean",
+                   help="variant (file stem without __ctxN/__seedN) the deltas compare with")
+    q.add_argument("--metric", default="NDCG@10")
+    q.set_defaults(func=cmd_seeds)
+
+    q = asub.add_parser("compare", help="the same runs in two results trees (e.g. CPU and "
+                        "GPU), side by side")
+    q.add_argument("root_a", help="reference tree, e.g. results")
+    q.add_argument("root_b", help="tree of re-runs, e.g. results/h100")
+    q.add_argument("--metric", default="NDCG@10")
+    q.set_defaults(func=cmd_compare)
 
     from htp_retrieval.eval.paired import add_parser as add_paired
 

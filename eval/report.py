@@ -476,6 +476,8 @@ def _set_sort_key(s: ResultSet) -> tuple:
 def _fmt_value(v: Any) -> str:
     if v is None:
         return "none"
+    if isinstance(v, dict) and "seed" in v and "task" in v:  # a needle/passkey generator
+        return f"seed {v['seed']}"
     if isinstance(v, list):  # a long budget (L, B_L)
         return ":".join(map(_fmt_value, v))
     if isinstance(v, float) and v.is_integer():

@@ -69,20 +69,33 @@ class RetrievalResult:
         return cls(**json.loads(Path(path).read_text()))
 
 
-def versions() -> dict[str, str]:
-    """Versions of the packages that affect results."""
+def versions(encoder: Any = None) -> dict[str, str]:
+    """Versions of the packages that affect results, and the device that ran them.
+
+    Args:
+        encoder: The encoder of the run; where it has a ``model`` on a device, the result
+            records it as ``device`` (``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``): bf16
+            kernels differ between devices, and so do the scores (docs/ANALYSIS.md,
+            section 15).
+    """
     import torch
     import transformers
 
     import htp_retrieval
 
-    return {
+    out = {
         "htp_retrieval": htp_retrieval.__version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
+    dev = getattr(getattr(encoder, "model", None), "device", None)
+    if isinstance(dev, torch.device):
+        out["device"] = str(dev)
+        if dev.type == "cuda":
+            out["device"] += f" ({torch.cuda.get_device_name(dev)})"
+    return out
 
 
 def top_k_run(
@@ -312,7 +325,7 @@ def run_retrieval(
         cost=cost,
         counts={"n_docs": len(dids), "n_queries": len(qids),
                 "n_qrels": sum(len(r) for r in data.qrels.values())},
-        versions=versions(),
+        versions=versions(encoder),
         created=time.time(),
         per_query=per_query,
     )

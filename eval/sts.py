@@ -211,7 +211,7 @@ def run_sts(
     return RetrievalResult(
         dataset=data.name, split=data.split, config=config, scores=scores, cost=cost,
         counts={"n_pairs": len(data), "n_sentences": len(sentences)},
-        versions=versions(), created=time.time())
+        versions=versions(encoder), created=time.time())
 
 
 __all__ = ["StsData", "load_sts", "run_sts", "spearman_percent", "is_sts_file", "sts_file"]

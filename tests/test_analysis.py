@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder
@@ -186,6 +188,78 @@ def test_seed_table_means_and_wins() -> None:
     assert rows[3] == "| htp | 30.00 | 10.00 | – | 20.00 | +0.00 | 1 of 2 |"
     with pytest.raises(ValueError, match="baseline variant 'bm25'"):
         seed_table([("s0", [("htp", r(1.0))])], baseline="bm25")
+
+
+
+def test_seed_tables_group_by_length_and_name_seeds(tmp_path: Path) -> None:
+    """``analyze seeds``: one table per context length, a column per generator seed, the
+    variant named by the file stem without ``__ctxN``/``__seedN``; bad input is named."""
+    import json
+
+    from htp_retrieval.eval.analysis import seed_tables
+
+    def write(folder: Path, stem: str, method: str, seed: int, ctx: int, v: float) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        f = folder / f"{stem}.json"
+        f.write_text(json.dumps({
+            "dataset": "needle", "split": "test", "scores": {"NDCG@10": v},
+            "config": {"model": "m", "method": method, "max_length": ctx,
+                       "context_length": ctx,
+                       "synthetic": {"generator_version": 1, "seed": seed, "task": "needle"}}}))
+        return f
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "vanilla-mean__ctx256", "vanilla-mean", 0, 256, 10.0)
+    write(a, "htp__ctx256__mbt64", "htp", 0, 256, 20.0)
+    write(b, "vanilla-mean__ctx256__seed2", "vanilla-mean", 2, 256, 30.0)
+    write(b, "htp__ctx256__mbt64__seed2", "htp", 2, 256, 20.0)
+    write(b, "vanilla-mean__ctx512__seed2", "vanilla-mean", 2, 512, 5.0)
+    out = seed_tables([a, b])
+    assert "### m / needle, context length 256 tokens (NDCG@10)" in out
+    assert "| variant | seed 0 | seed 2 | mean |" in out
+    assert "| htp__mbt64 | 20.00 | 20.00 | 20.00 | +0.00 | 1 of 2 |" in out
+    assert "### m / needle, context length 512 tokens (NDCG@10)" in out
+    dup = write(tmp_path / "c", "vanilla-mean__ctx256", "vanilla-mean", 0, 256, 1.0)
+    with pytest.raises(ValueError, match="both vanilla-mean at seed 0"):
+        seed_tables([a, dup])
+    beir = tmp_path / "d" / "htp__len512.json"
+    beir.parent.mkdir()
+    beir.write_text(json.dumps({"dataset": "scifact", "split": "test",
+                                "scores": {"NDCG@10": 1.0}, "config": {"method": "htp"}}))
+    with pytest.raises(ValueError, match="htp__len512.json: no generator seed"):
+        seed_tables([beir])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no results JSON"):
+        seed_tables([tmp_path / "empty"])
+    with pytest.raises(ValueError, match="no such results file or folder"):
+        seed_tables([tmp_path / "missing"])
+
+
+
+def test_compare_roots_pairs_the_same_relative_paths(tmp_path: Path) -> None:
+    import json
+
+    from htp_retrieval.eval.analysis import compare_roots
+
+    def write(root: Path, rel: str, v: float) -> None:
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"dataset": "needle", "split": "test",
+                                 "scores": {"NDCG@10": v}, "config": {"method": "htp"}}))
+
+    a, b = tmp_path / "cpu", tmp_path / "gpu"
+    write(a, "m/needle-test/htp__ctx256.json", 40.0)
+    write(b, "m/needle-test/htp__ctx256.json", 43.0)
+    write(a, "m/needle-test/vanilla-mean__ctx256.json", 30.0)
+    write(b, "m/needle-test/vanilla-mean__ctx256.json", 29.0)
+    write(b, "m/needle-test/tp-mean__ctx256.json", 1.0)  # only in b: not a row
+    out = compare_roots(a, b)
+    assert "| m/needle-test/htp__ctx256.json | 40.00 | 43.00 | +3.00 |" in out
+    assert "| m/needle-test/vanilla-mean__ctx256.json | 30.00 | 29.00 | -1.00 |" in out
+    assert "tp-mean" not in out
+    assert "2 runs in both: mean absolute difference 2.00, largest 3.00 (NDCG@10)." in out
+    with pytest.raises(ValueError, match="no results JSON under"):
+        compare_roots(a, tmp_path / "empty")
 
 
 def _result(scores: dict[str, float], positions: dict[str, float] | None = None):  # noqa: ANN202

@@ -164,6 +164,9 @@ def test_report_tables_ratios_and_statement(results_dir: Path, tmp_path: Path) -
     records, skipped = load_results([results_dir])
     n_stsb = 2 if os.path.isfile(STSB) else 0
     assert len(records) == 11 + n_stsb
+    # every run records the device it ran on (bf16 scores differ between devices)
+    raw = json.loads(next(results_dir.rglob("htp__len64*.json")).read_text())
+    assert raw["versions"]["device"] == "cpu"
     assert [p.name for p, _ in skipped] == ["scifact-local.json", "other.json"]
     assert "other.json`: not a results JSON (no 'dataset' key)" in md
     assert "- 1 mteb output files" in md and "meta.json" not in md
@@ -332,6 +335,25 @@ def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
     assert variant_label(paper, ["summary"]) == "htp-last (summary=last, default)"
     assert variant_label(shipped, []) == "htp"  # nothing listed, nothing to mark
     assert variant_label(shipped, ["tp_start"]) == "htp (tp_start=none)"  # not a spec setting
+
+
+def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
+    """Needle/passkey runs of several ``--seed`` values are labelled by seed, not by the
+    whole generator record."""
+    from htp_retrieval.eval.report import read_result, variant_label
+
+    recs = []
+    for seed in (2, 3):
+        f = tmp_path / f"htp__ctx256__seed{seed}.json"
+        synthetic = {"generator_version": 1, "seed": seed, "task": "needle",
+                     "tokenizer": MODEL}
+        f.write_text(json.dumps({"dataset": "needle", "split": "test",
+                                 "scores": {"NDCG@10": 1.0},
+                                 "config": {"model": MODEL, "method": "htp",
+                                            "synthetic": synthetic}}))
+        recs.append(read_result(f))
+    assert [variant_label(r, ["synthetic"]) for r in recs] == \
+        ["htp (synthetic=seed 2)", "htp (synthetic=seed 3)"]
 
 
 def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
