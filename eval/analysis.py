@@ -251,16 +251,16 @@ def _plot(series: dict[str, list[float]], path: Path, *, ylabel: str, title: str
 def cmd_norms(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    enc = HTPEncoder(args.model, args.method, output_layer=-1)
+    enc = HTPEncoder(args.model, args.method, output_layer=-1, dtype=args.dtype)
     prof = norm_profile(enc, _texts(args))
     out = Path(args.output) / args.model.replace("/", "__")
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"norms-{args.method}"
+    stem = f"norms-{args.method}" + ("" if args.dtype == "bfloat16" else f"-{args.dtype}")
     (out / f"{stem}.json").write_text(json.dumps(
         {"model": args.model, "method": args.method, "config": enc.config(), "profile": prof,
          "command": _command()}, indent=2))
     _plot(prof, out / f"{stem}.png", ylabel="norm / median text-token norm", log=True,
-          title=f"{args.model}: hidden-state norms ({args.method} layout)")
+          title=f"{args.model}: hidden-state norms ({args.method} layout, {args.dtype})")
     print("| layer | " + " | ".join(prof) + " |\n|---|" + "---|" * len(prof))
     for i in range(len(next(iter(prof.values())))):
         print(f"| {i + 1} | " + " | ".join(f"{prof[g][i]:.1f}" for g in prof) + " |")
@@ -659,6 +659,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     common(q)
     q.add_argument("--n-texts", type=int, default=16)
     q.add_argument("--method", default="htp", help="a method with <PST>/<B-PST> placeholders")
+    q.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="weights and activations (bf16 and fp32 differ on Qwen2.5: "
+                   "docs/ANALYSIS.md section 15.4); not bf16 adds -DTYPE to the file names")
     q.set_defaults(func=cmd_norms)
 
     q = asub.add_parser("drift", help="per-layer cosine of text-token states to vanilla")

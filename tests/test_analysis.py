@@ -322,3 +322,18 @@ def test_paired_refuses_results_without_rows(tmp_path) -> None:  # noqa: ANN001
     old.save(tmp_path / "old.json")
     with pytest.raises(SystemExit, match=r"old\.json: no per-query scores.*--overwrite"):
         main(["analyze", "paired", str(tmp_path / "old.json"), str(tmp_path / "old.json")])
+
+
+def test_analyze_cli_registers_dtype_seeds_and_compare() -> None:
+    import argparse
+
+    from htp_retrieval.eval.analysis import add_subcommands
+
+    parser = argparse.ArgumentParser()
+    add_subcommands(parser.add_subparsers())
+    args = parser.parse_args(["analyze", "norms", "--dtype", "float32"])
+    assert args.dtype == "float32" and args.func.__name__ == "cmd_norms"
+    assert parser.parse_args(["analyze", "norms"]).dtype == "bfloat16"
+    assert parser.parse_args(["analyze", "seeds", "r"]).func.__name__ == "cmd_seeds"
+    args = parser.parse_args(["analyze", "compare", "a", "b", "--metric", "Acc@1"])
+    assert (args.root_a, args.root_b, args.metric) == ("a", "b", "Acc@1")
