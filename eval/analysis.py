@@ -296,6 +296,9 @@ def _command() -> str:
 def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
     """Markdown table of ablation results, deltas against the first row.
 
+    ``rank-1 docs``: distinct documents at rank 1 over the queries, and how many queries
+    the most frequent one takes (``–`` for results saved before it was recorded).
+
     Args:
         rows: ``(variant name, RetrievalResult)`` pairs; the first is the baseline.
     """
@@ -303,8 +306,9 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
 
     lines: list[str] = []
     base = rows[0][1].scores["NDCG@10"]
-    lines.append(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | method | <PST> summary "
-          "| copy layers | exit layer | extra settings |\n|---|---|---|---|---|---|---|---|---|")
+    lines.append(f"| variant | NDCG@10 | Δ vs {rows[0][0]} | Recall@100 | rank-1 docs | method "
+                 "| <PST> summary | copy layers | exit layer | extra settings |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|")
     for name, res in rows:
         c = res.config
         placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
@@ -318,8 +322,11 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         if "query_config" in c:
             extra["query_method"] = c["query_config"]["method"]
         window = f"{c['tp_start']}-{c['tp_exit'] - 1}" if c["tp_exit"] > c["tp_start"] else "none"
+        n = res.counts
+        rank1 = (f"{n['rank1_docs']} (top {n['rank1_top_queries']} of {n['n_queries']})"
+                 if "rank1_docs" in n else "–")
         lines.append(f"| {name} | {res.scores['NDCG@10']:.2f} | {res.scores['NDCG@10'] - base:+.2f} "
-              f"| {res.scores['Recall@100']:.2f} | {c['method']} "
+              f"| {res.scores['Recall@100']:.2f} | {rank1} | {c['method']} "
               f"| {summary} "
               f"| {window if placeholders else '–'} | {c['exit_layer']} of {c['n_layers']} "
               f"| {', '.join(f'{k}={v}' for k, v in extra.items()) or '–'} |")

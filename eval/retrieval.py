@@ -8,6 +8,7 @@ import os
 import platform
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -96,6 +97,23 @@ def versions(encoder: Any = None) -> dict[str, str]:
         if dev.type == "cuda":
             out["device"] += f" ({torch.cuda.get_device_name(dev)})"
     return out
+
+
+def rank1_counts(run: dict[str, dict[str, float]]) -> dict[str, int]:
+    """How concentrated the rank-1 documents of a run are (hub documents).
+
+    Args:
+        run: ``query_id -> {doc_id: score}``, as from :func:`top_k_run`.
+
+    Returns:
+        ``rank1_docs``: distinct documents at rank 1 over all queries;
+        ``rank1_top_queries``: queries whose rank-1 document is the most frequent one.
+        A few documents at rank 1 for every query is the hubness that made Qwen2.5's htp
+        score Acc@1 0 in fp32 (docs/ANALYSIS.md, section 15.4). Empty run: zeros.
+    """
+    top = Counter(max(docs, key=docs.get) for docs in run.values() if docs)
+    return {"rank1_docs": len(top),
+            "rank1_top_queries": top.most_common(1)[0][1] if top else 0}
 
 
 def top_k_run(
@@ -324,7 +342,7 @@ def run_retrieval(
         scores=scores,
         cost=cost,
         counts={"n_docs": len(dids), "n_queries": len(qids),
-                "n_qrels": sum(len(r) for r in data.qrels.values())},
+                "n_qrels": sum(len(r) for r in data.qrels.values()), **rank1_counts(run)},
         versions=versions(encoder),
         created=time.time(),
         per_query=per_query,

@@ -146,7 +146,10 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
     folder = next(out.glob("*/passkey-64-seed3"))
     for name in ("vanilla", "htp", "htp-k1"):
         res = json.loads((folder / f"{name}.json").read_text())
-        assert res["counts"] == {"n_docs": 6, "n_queries": 3, "n_qrels": 3}
+        counts = res["counts"]
+        assert {k: counts[k] for k in ("n_docs", "n_queries", "n_qrels")} == \
+            {"n_docs": 6, "n_queries": 3, "n_qrels": 3}
+        assert 1 <= counts["rank1_docs"] <= 3 and 1 <= counts["rank1_top_queries"] <= 3
         assert res["config"]["max_length"] == 64  # the context length, not --max-length
         assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
     assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
@@ -337,3 +340,12 @@ def test_analyze_cli_registers_dtype_seeds_and_compare() -> None:
     assert parser.parse_args(["analyze", "seeds", "r"]).func.__name__ == "cmd_seeds"
     args = parser.parse_args(["analyze", "compare", "a", "b", "--metric", "Acc@1"])
     assert (args.root_a, args.root_b, args.metric) == ("a", "b", "Acc@1")
+
+
+def test_rank1_counts_measure_hub_documents() -> None:
+    from htp_retrieval.eval.retrieval import rank1_counts
+
+    run = {"q1": {"d1": 0.9, "d2": 0.1}, "q2": {"d1": 0.8, "d3": 0.7},
+           "q3": {"d2": 0.5, "d1": 0.4}}
+    assert rank1_counts(run) == {"rank1_docs": 2, "rank1_top_queries": 2}
+    assert rank1_counts({}) == {"rank1_docs": 0, "rank1_top_queries": 0}

@@ -30,7 +30,9 @@ def test_htp_on_scifact_subset_clears_floor() -> None:
     data = subsample(load_beir(SCIFACT, "test"), n_queries=30, n_docs=200, seed=0)
     enc = HTPEncoder("smollm2-135m-instruct", "htp")
     res = run_retrieval(enc, data, show_progress_bar=False)
-    assert res.counts == {"n_docs": 200, "n_queries": 30, "n_qrels": res.counts["n_qrels"]}
+    assert {k: res.counts[k] for k in ("n_docs", "n_queries")} == \
+        {"n_docs": 200, "n_queries": 30}
+    assert 1 <= res.counts["rank1_docs"] <= 30
     assert res.scores["NDCG@10"] >= HTP_NDCG10_FLOOR, res.scores
     assert res.cost["encode_seconds"] > 0 and res.cost["tokens_per_second"] > 0
 
