@@ -26,11 +26,12 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from htp_retrieval.layout import parse_long_budget
+from htp_retrieval.models import DTypeName
 
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
@@ -635,24 +636,28 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_seeds(args: argparse.Namespace) -> int:
+def _print_or_exit(name: str, table: Any, *args: Any, **kwargs: Any) -> int:
+    """Print ``table(*args, **kwargs)``; a ValueError exits with ``htp-retrieval analyze
+    NAME: message`` (bad input named, no traceback)."""
     try:
-        print(seed_tables(args.results, baseline=args.baseline, metric=args.metric))
+        print(table(*args, **kwargs))
     except ValueError as e:
-        raise SystemExit(f"htp-retrieval analyze seeds: {e}") from e
+        raise SystemExit(f"htp-retrieval analyze {name}: {e}") from e
     return 0
+
+
+def cmd_seeds(args: argparse.Namespace) -> int:
+    return _print_or_exit("seeds", seed_tables, args.results, baseline=args.baseline,
+                          metric=args.metric)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    try:
-        print(compare_roots(args.root_a, args.root_b, metric=args.metric))
-    except ValueError as e:
-        raise SystemExit(f"htp-retrieval analyze compare: {e}") from e
-    return 0
+    return _print_or_exit("compare", compare_roots, args.root_a, args.root_b,
+                          metric=args.metric)
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    """Register ``htp-retrieval analyze {norms,drift,ablate,table,paired}``."""
+    """Register ``htp-retrieval analyze {norms,drift,ablate,table,seeds,compare,paired}``."""
     p = sub.add_parser("analyze", help="diagnosis: sink norms, drift, ablations (issue 6)")
     asub = p.add_subparsers(dest="analysis", required=True)
 
@@ -666,7 +671,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     common(q)
     q.add_argument("--n-texts", type=int, default=16)
     q.add_argument("--method", default="htp", help="a method with <PST>/<B-PST> placeholders")
-    q.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+    q.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName),
                    help="weights and activations (bf16 and fp32 differ on Qwen2.5: "
                    "docs/ANALYSIS.md section 15.4); not bf16 adds -DTYPE to the file names")
     q.set_defaults(func=cmd_norms)

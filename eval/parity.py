@@ -22,7 +22,9 @@ import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from htp_retrieval.models import DTypeName
 
 SCRIPTS: dict[str, str] = {
     "mteb_retrieval_tasks": "retrieval_task",
@@ -198,7 +200,7 @@ def _add_official_args(p: argparse.ArgumentParser, *, synthetic: bool) -> None:
                    help="subsample documents (synthetic: documents per length)")
     o.add_argument("--seed", type=int, default=None, help="subsampling / generation seed")
     o.add_argument("--device", default="auto")
-    o.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    o.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName))
     o.add_argument("--batch_size", "--batch-size", type=int, default=32)
     o.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -52,7 +52,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from htp_retrieval.models import DTypeName
 
 LongSource = Literal["scifact", "essays"]
 """Text of the long documents: concatenated SciFact documents or Paul Graham essays."""
@@ -1021,7 +1023,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                         "depth), raw-masked (with the padding mask) and any method name")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median kept)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName))
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--device-map", default=None,
                    help="from_pretrained device_map, e.g. auto (several GPUs)")

@@ -6,9 +6,10 @@ import argparse
 import os
 import shlex
 import sys
+from typing import get_args
 
 from htp_retrieval.methods import METHODS
-from htp_retrieval.models import LAYER_PRESETS
+from htp_retrieval.models import LAYER_PRESETS, DTypeName
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -226,7 +227,7 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
     p.add_argument("--segmenter", default="sentencizer",
                    choices=["sentencizer", "spacy", "pysbd", "regex"])
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName))
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-tokens-per-batch", type=int, default=16384)
 
