@@ -1,7 +1,7 @@
 """Diagnosis of HTP on a given model: sink norms, state drift, and ablation runs.
 
-Five commands (``htp-retrieval analyze norms | drift | ablate | table | paired``) back
-docs/ANALYSIS.md:
+The ``htp-retrieval analyze`` commands behind docs/ANALYSIS.md (``norms | drift | ablate |
+hubs | table | seeds | compare | paired``):
 
 * ``norms``: per layer, the hidden-state norm of the sink (position 0), the ``<B-PST>`` and
   ``<PST>`` tokens and the copy sources, as multiples of the median text-token norm. It
@@ -11,7 +11,11 @@ docs/ANALYSIS.md:
   rewiring moves the states that mean pooling reads.
 * ``ablate``: named encoder variants (method, layers, exit, K, placeholder init, sink,
   document instruction) scored on a BEIR split, one results JSON per variant.
+* ``hubs``: the same variants, asking why rank 1 falls on a few documents: how parallel
+  the document embeddings are, which documents take rank 1 and how far they lie from the
+  corpus mean, and the scores with each side centred (:mod:`htp_retrieval.eval.hubs`).
 * ``table``: the ablation table of a results folder, or one metric across seeds.
+* ``seeds`` / ``compare``: one metric across generator seeds, or across two results trees.
 * ``paired``: per-query paired differences (bootstrap interval, Wilcoxon) and scores split
   by needle position (:mod:`htp_retrieval.eval.paired`).
 """
@@ -381,17 +385,12 @@ def config_diff(stored: dict[str, Any], current: dict[str, Any]) -> str:
     return ", ".join(diffs)
 
 
-def cmd_ablate(args: argparse.Namespace) -> int:
-    import torch
+def variant_specs(args: argparse.Namespace) -> list[str]:
+    """The ``--variant`` specs followed by those of each ``--preset``.
 
-    from htp_retrieval.encoder import HTPEncoder
-    from htp_retrieval.eval.data import load_beir, subsample
-    from htp_retrieval.eval.harness import SYNTHETIC_METRICS, encode_length
-    from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
-    from htp_retrieval.eval.synthetic import synthetic_query_meta
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    Raises:
+        SystemExit: for an unknown preset or when neither flag is given.
+    """
     specs = list(args.variant or [])
     for p in args.preset or []:
         if p not in PRESETS:
@@ -399,6 +398,38 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         specs.extend(PRESETS[p])
     if not specs:
         raise SystemExit("give --variant name:key=value,... or --preset")
+    return specs
+
+
+def corpus_checkpoint(out: Path, encoder: Any, document_instruction: str | None) -> Path:
+    """Checkpoint folder of a variant's corpus embeddings under an ablation folder.
+
+    Keyed by the document encoder's config and instruction, so variants that differ only
+    on the query side (and ``analyze hubs`` runs of an ``ablate`` variant) share one
+    corpus encode.
+    """
+    key = json.dumps([encoder.config(), document_instruction], sort_keys=True)
+    return out / "corpus.partial" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def ablation_data(args: argparse.Namespace) -> tuple[Any, tuple[str, int] | None, int | None, str]:
+    """The data ``analyze ablate`` and ``analyze hubs`` score, from their shared flags.
+
+    Args:
+        args: Parsed flags: ``data`` (a BEIR folder, or ``needle:<tokens>`` /
+            ``passkey:<tokens>``), ``split``, ``seed``, ``max_queries``, ``max_docs``,
+            ``max_length``.
+
+    Returns:
+        ``(data, synthetic, max_length, tag)``: the (subsampled) dataset; ``(task, length)``
+        for needle/passkey, else ``None``; the max text tokens (``None`` for needle/passkey,
+        whose documents are encoded whole, measured per model); the results subfolder name.
+
+    Raises:
+        ValueError: from the loaders, for a missing folder or a malformed spec.
+    """
+    from htp_retrieval.eval.data import load_beir, subsample
+
     synthetic = parse_synthetic_spec(args.data)
     max_length = args.max_length
     if synthetic is not None:
@@ -411,7 +442,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                                max_queries=args.max_queries or 0, max_docs=args.max_docs or 0)
         data = item.data
         max_length = None
-        tag = f"{task}-{length}-seed{args.seed}"
+        tag = f"{task}-{length}-seed{args.seed}" + (
+            f"-q{args.max_queries or 0}d{args.max_docs or 0}"
+            if args.max_queries or args.max_docs else "")  # a subset: never the full set's folder
     else:
         if args.max_queries is None:
             args.max_queries = 100
@@ -424,6 +457,21 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         tag = f"{data.name}-{args.split}" + (
             f"-q{args.max_queries}d{args.max_docs}s{args.seed}"
             if args.max_queries or args.max_docs else "")
+    return data, synthetic, max_length, tag
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    import torch
+
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.harness import SYNTHETIC_METRICS, encode_length
+    from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+    from htp_retrieval.eval.synthetic import synthetic_query_meta
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = variant_specs(args)
+    data, synthetic, max_length, tag = ablation_data(args)
     out = Path(args.output) / args.model.replace("/", "__") / tag
     rows = []
     seen: set[str] = set()
@@ -451,8 +499,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
             # Variants that differ only on the query side share one corpus encode: the
             # corpus is checkpointed under a key of the document encoder's config.
-            key = json.dumps([enc.config(), rkw.get("document_instruction")], sort_keys=True)
-            corpus = out / "corpus.partial" / hashlib.sha256(key.encode()).hexdigest()[:16]
+            corpus = corpus_checkpoint(out, enc, rkw.get("document_instruction"))
             res = run_retrieval(enc, data, split=args.split, show_progress_bar=not args.quiet,
                                 query_encoder=qenc, checkpoint_dir=corpus,
                                 chunk_size=args.chunk_size,
@@ -615,6 +662,12 @@ def compare_roots(root_a: str | Path, root_b: str | Path, *, metric: str = "NDCG
     return "\n".join(lines)
 
 
+def _cmd_hubs(args: argparse.Namespace) -> int:
+    from htp_retrieval.eval.hubs import cmd_hubs
+
+    return cmd_hubs(args)
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from htp_retrieval.eval.retrieval import RetrievalResult
 
@@ -707,6 +760,23 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--overwrite", action="store_true")
     q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_ablate)
+
+    q = asub.add_parser("hubs", help="hub documents: how parallel the embeddings are, which "
+                        "documents take rank 1 and why, scores with each side centred")
+    common(q)
+    q.add_argument("--variant", action="append",
+                   help="name:key=value,... as for ablate")
+    q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
+    q.add_argument("--max-queries", type=int, default=None,
+                   help="as for ablate (needle/passkey default 50, BEIR 100)")
+    q.add_argument("--max-docs", type=int, default=None,
+                   help="as for ablate (needle/passkey default 100, BEIR 400)")
+    q.add_argument("--max-length", type=int, default=512, help="as for ablate")
+    q.add_argument("--seed", type=int, default=0, help="as for ablate")
+    q.add_argument("--threads", type=int, default=0)
+    q.add_argument("--chunk-size", type=int, default=1024)
+    q.add_argument("--quiet", action="store_true")
+    q.set_defaults(func=_cmd_hubs)
 
     q = asub.add_parser("table", help="print the ablation table of a results folder, or one "
                         "metric across several folders (seeds) with means")

@@ -143,7 +143,7 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
                "--variant", "vanilla:method=vanilla-mean",
                "--variant", "htp:method=htp", "--variant", "htp-k1:method=htp,max_blocks=0"])
     assert rc == 0
-    folder = next(out.glob("*/passkey-64-seed3"))
+    folder = next(out.glob("*/passkey-64-seed3-q3d6"))
     for name in ("vanilla", "htp", "htp-k1"):
         res = json.loads((folder / f"{name}.json").read_text())
         counts = res["counts"]
