@@ -735,47 +735,39 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--methods", default="tp-mean,tp-sentence,htp-last,htp")
     q.set_defaults(func=cmd_drift)
 
+    def variants(q: argparse.ArgumentParser) -> None:  # the flags ablate and hubs share
+        common(q)
+        q.add_argument("--variant", action="append",
+                       help="name:key=value,... (keys: "
+                       + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS)) + ")")
+        q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
+        q.add_argument("--max-queries", type=int, default=None,
+                       help="BEIR: subsample queries (default 100, 0: all); needle/passkey: "
+                       "queries (default 50)")
+        q.add_argument("--max-docs", type=int, default=None,
+                       help="BEIR: relevant documents + distractors (default 400, 0: all); "
+                       "needle/passkey: candidate documents (default 100)")
+        q.add_argument("--max-length", type=int, default=512,
+                       help="max text tokens (BEIR data; needle/passkey documents are encoded "
+                       "whole, as `eval` encodes them)")
+        q.add_argument("--seed", type=int, default=0,
+                       help="subsampling seed; needle/passkey: generation seed")
+        q.add_argument("--threads", type=int, default=0)
+        q.add_argument("--chunk-size", type=int, default=1024,
+                       help="documents per corpus checkpoint chunk (an interrupted run resumes "
+                       "from the finished chunks)")
+        q.add_argument("--quiet", action="store_true")
+
     q = asub.add_parser("ablate", help="score named encoder variants on a BEIR split, or on "
                         "needle/passkey generated at one length (--data passkey:256)")
-    common(q)
-    q.add_argument("--variant", action="append",
-                   help="name:key=value,... (keys: " + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS))
-                   + ")")
-    q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
-    q.add_argument("--max-queries", type=int, default=None,
-                   help="BEIR: subsample queries (default 100, 0: all); needle/passkey: "
-                   "queries (default 50)")
-    q.add_argument("--max-docs", type=int, default=None,
-                   help="BEIR: relevant documents + distractors (default 400, 0: all); "
-                   "needle/passkey: candidate documents (default 100)")
-    q.add_argument("--max-length", type=int, default=512,
-                   help="max text tokens (BEIR data; needle/passkey documents are encoded "
-                   "whole, as `eval` encodes them)")
-    q.add_argument("--seed", type=int, default=0,
-                   help="subsampling seed; needle/passkey: generation seed")
-    q.add_argument("--threads", type=int, default=0)
-    q.add_argument("--chunk-size", type=int, default=1024,
-                   help="documents per corpus checkpoint chunk (an interrupted run resumes "
-                   "from the finished chunks)")
+    variants(q)
     q.add_argument("--overwrite", action="store_true")
-    q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_ablate)
 
     q = asub.add_parser("hubs", help="hub documents: how parallel the embeddings are, which "
-                        "documents take rank 1 and why, scores with each side centred")
-    common(q)
-    q.add_argument("--variant", action="append",
-                   help="name:key=value,... as for ablate")
-    q.add_argument("--preset", action="append", help="variant group: " + ", ".join(PRESETS))
-    q.add_argument("--max-queries", type=int, default=None,
-                   help="as for ablate (needle/passkey default 50, BEIR 100)")
-    q.add_argument("--max-docs", type=int, default=None,
-                   help="as for ablate (needle/passkey default 100, BEIR 400)")
-    q.add_argument("--max-length", type=int, default=512, help="as for ablate")
-    q.add_argument("--seed", type=int, default=0, help="as for ablate")
-    q.add_argument("--threads", type=int, default=0)
-    q.add_argument("--chunk-size", type=int, default=1024)
-    q.add_argument("--quiet", action="store_true")
+                        "documents take rank 1 and why, scores with each side centred "
+                        "(same data and variants as ablate; reuses its corpus embeddings)")
+    variants(q)
     q.set_defaults(func=_cmd_hubs)
 
     q = asub.add_parser("table", help="print the ablation table of a results folder, or one "
