@@ -26,10 +26,6 @@ from typing import Any
 import numpy as np
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
 def hub_report(
     q_emb: np.ndarray,
     d_emb: np.ndarray,
@@ -69,7 +65,7 @@ def hub_report(
         ValueError: if the shapes and id lists disagree or there are fewer than 2 documents.
     """
     from htp_retrieval.eval.metrics import evaluate_run
-    from htp_retrieval.eval.retrieval import top_k_run
+    from htp_retrieval.eval.retrieval import rank1_documents, top_k_run, unit_rows
 
     if q_emb.ndim != 2 or d_emb.ndim != 2 or q_emb.shape[1] != d_emb.shape[1]:
         raise ValueError(f"embeddings must be [n, hidden] with one hidden size; got "
@@ -79,19 +75,18 @@ def hub_report(
                          f"{len(dids)} document ids for {d_emb.shape[0]} document embeddings")
     if len(dids) < 2:
         raise ValueError(f"need at least 2 documents, got {len(dids)}")
-    q, d = _unit(q_emb.astype(np.float64)), _unit(d_emb.astype(np.float64))
+    q, d = unit_rows(q_emb.astype(np.float64)), unit_rows(d_emb.astype(np.float64))
     dd = d @ d.T
     n = len(dids)
     doc_cos = float((dd.sum() - np.trace(dd)) / (n * (n - 1)))
-    to_mean = d @ _unit(d.mean(axis=0, keepdims=True))[0]
+    to_mean = d @ unit_rows(d.mean(axis=0, keepdims=True))[0]
     farthest = np.empty(n, dtype=int)
     farthest[np.argsort(to_mean)] = np.arange(1, n + 1)
     qc = q_emb - q_emb.mean(axis=0, keepdims=True)
     dc = d_emb - d_emb.mean(axis=0, keepdims=True)
     run = top_k_run(q_emb, d_emb, list(qids), list(dids))
     run_c = top_k_run(qc, dc, list(qids), list(dids))
-    top = Counter(max(r, key=r.get) for r in run.values() if r)
-    top_c = Counter(max(r, key=r.get) for r in run_c.values() if r)
+    top, top_c = rank1_documents(run), rank1_documents(run_c)
     relevant = Counter(doc for qid in qids for doc, rel in qrels.get(qid, {}).items() if rel > 0)
     index = {did: i for i, did in enumerate(dids)}
     hubs = []

@@ -99,6 +99,23 @@ def versions(encoder: Any = None) -> dict[str, str]:
     return out
 
 
+def rank1_documents(run: dict[str, dict[str, float]]) -> Counter[str]:
+    """How many queries each document is rank 1 for.
+
+    Args:
+        run: ``query_id -> {doc_id: score}``, as from :func:`top_k_run`.
+
+    Returns:
+        ``doc_id -> queries`` (documents at rank 1 of no query are absent).
+    """
+    return Counter(max(docs, key=docs.get) for docs in run.values() if docs)
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (an all-zero row stays zero): ``[n, d]`` -> ``[n, d]``."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
 def rank1_counts(run: dict[str, dict[str, float]]) -> dict[str, int]:
     """How concentrated the rank-1 documents of a run are (hub documents).
 
@@ -111,7 +128,7 @@ def rank1_counts(run: dict[str, dict[str, float]]) -> dict[str, int]:
         A few documents at rank 1 for every query is the hubness that made Qwen2.5's htp
         score Acc@1 0 in fp32 (docs/ANALYSIS.md, section 15.4). Empty run: zeros.
     """
-    top = Counter(max(docs, key=docs.get) for docs in run.values() if docs)
+    top = rank1_documents(run)
     return {"rank1_docs": len(top),
             "rank1_top_queries": top.most_common(1)[0][1] if top else 0}
 
@@ -128,9 +145,7 @@ def top_k_run(
         dids: Document ids, ``[n_docs]``.
         k: Documents kept per query.
     """
-    q = q_emb / np.maximum(np.linalg.norm(q_emb, axis=1, keepdims=True), 1e-12)
-    d = d_emb / np.maximum(np.linalg.norm(d_emb, axis=1, keepdims=True), 1e-12)
-    sims = q @ d.T
+    sims = unit_rows(q_emb) @ unit_rows(d_emb).T
     k = min(k, len(dids))
     top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
     return {
