@@ -527,28 +527,32 @@ def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
     Returns:
         One row per variant (in first-seen order): the metric per folder (``–`` where the
         folder lacks the variant), the mean over the folders that have it, its difference to
-        the baseline's mean over the same folders, and in how many of them the variant is
-        at or above the baseline.
+        the baseline's mean over the same folders, the 95% interval of that difference with
+        the queries resampled within each folder (:func:`~htp_retrieval.eval.paired.seeds_ci`;
+        ``–`` unless every such folder has per-query rows for both on the same queries),
+        and in how many of them the variant is at or above the baseline.
 
     Raises:
         ValueError: if no folder has the baseline variant.
     """
     names: list[str] = []
     scores: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     for label, rows in folders:
         for name, res in rows:
             if name not in scores:
                 names.append(name)
-                scores[name] = {}
+                scores[name], results[name] = {}, {}
             scores[name][label] = float(res.scores[metric])
+            results[name][label] = res
     if baseline not in scores:
         raise ValueError(f"no folder has the baseline variant {baseline!r}; "
                          f"variants: {', '.join(names)}")
     labels = [label for label, _ in folders]
     base = scores[baseline]
     head = (f"| variant | {' | '.join(labels)} | mean | Δ mean vs {baseline} "
-            f"| at or above {baseline} |")
-    lines = [head, "|" + "---|" * (len(labels) + 4)]
+            f"| 95% CI | at or above {baseline} |")
+    lines = [head, "|" + "---|" * (len(labels) + 5)]
     names.sort(key=lambda n: n != baseline)
     for name in names:
         sc = scores[name]
@@ -557,8 +561,33 @@ def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
         delta = float(np.mean([sc[lab] - base[lab] for lab in both])) if both else float("nan")
         ahead = sum(sc[lab] >= base[lab] for lab in both)
         cells = " | ".join(f"{sc[lab]:.2f}" if lab in sc else "–" for lab in labels)
-        lines.append(f"| {name} | {cells} | {mean:.2f} | {delta:+.2f} | {ahead} of {len(both)} |")
+        ci = _seeds_ci_cell([(results[baseline][lab], results[name][lab]) for lab in both],
+                            metric) if name != baseline else "–"
+        lines.append(f"| {name} | {cells} | {mean:.2f} | {delta:+.2f} | {ci} "
+                     f"| {ahead} of {len(both)} |")
     return "\n".join(lines)
+
+
+def _seeds_ci_cell(pairs: Sequence[tuple[Any, Any]], metric: str) -> str:
+    """``[low, high]`` of :func:`~htp_retrieval.eval.paired.seeds_ci` over ``(baseline,
+    variant)`` results per seed, or ``–`` where a pair lacks per-query rows or their
+    queries differ."""
+    from htp_retrieval.eval.paired import seeds_ci
+
+    diffs = []
+    for b, v in pairs:
+        pb, pv = getattr(b, "per_query", None), getattr(v, "per_query", None)
+        if not pb or not pv or set(pb) != set(pv):
+            return "–"
+        try:
+            qids = sorted(pb)
+            diffs.append(np.array([pv[q][metric] - pb[q][metric] for q in qids]))
+        except KeyError:
+            return "–"
+    if not diffs:
+        return "–"
+    _, lo, hi = seeds_ci(diffs)
+    return f"[{lo:+.2f}, {hi:+.2f}]"
 
 
 _SEED_OR_CTX = re.compile(r"__(?:seed|ctx)\d+")
@@ -771,7 +800,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_cmd_hubs)
 
     q = asub.add_parser("table", help="print the ablation table of a results folder, or one "
-                        "metric across several folders (seeds) with means")
+                        "metric across several folders (seeds) with means and a 95% interval of "
+                        "the difference to the baseline (queries resampled within each folder)")
     q.add_argument("folder", nargs="+",
                    help="e.g. results/analysis/<model>/scifact-train-q300d500s0; several: "
                    "results/analysis/<model>/passkey-256-seed{0,1,2}")
@@ -780,7 +810,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_table)
 
     q = asub.add_parser("seeds", help="needle/passkey results of several --seed values: "
-                        "one table per model, dataset and context length, with means")
+                        "one table per model, dataset and context length, with means and a "
+                        "95% interval of the difference to the baseline")
     q.add_argument("results", nargs="+",
                    help="results JSONs or folders, e.g. results/seeds-h100/<model>/needle-test")
     q.add_argument("--baseline", default="vanilla-mean",

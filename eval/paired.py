@@ -168,6 +168,55 @@ def compare(
         p_value=p)
 
 
+def seeds_ci(
+    diffs: Sequence[np.ndarray],
+    *,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Mean over seeds of the per-seed mean paired difference, with a 95% interval.
+
+    Each generator seed is its own query set (stratum). The statistic is the mean over
+    seeds of ``mean(variant - baseline)`` over that seed's queries, the ``Δ mean`` of
+    ``analyze seeds``; the percentile bootstrap (``scipy.stats.bootstrap``) resamples the
+    queries within each seed, so the interval covers query-to-query noise, not the spread
+    between generator seeds.
+
+    Args:
+        diffs: Per seed, the per-query differences ``variant - baseline`` (points),
+            each ``[n_queries]``.
+        n_resamples: Bootstrap resamples.
+        seed: Bootstrap seed (the interval is deterministic for a seed).
+
+    Returns:
+        ``(mean difference, interval low, interval high)`` in points; a degenerate input
+        (every difference equal within each seed, or one query per seed) gives the mean
+        three times.
+
+    Raises:
+        ValueError: if ``diffs`` is empty or a seed has no queries.
+    """
+    from scipy import stats
+
+    if not diffs:
+        raise ValueError("no seeds to compare")
+    arrs = [np.asarray(d, dtype=np.float64) for d in diffs]
+    for i, d in enumerate(arrs):
+        if d.ndim != 1 or d.size == 0:
+            raise ValueError(f"seed {i}: needs a 1-D array of per-query differences, "
+                             f"got shape {d.shape}")
+
+    def stat(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([s.mean(axis=axis) for s in samples], axis=0)
+
+    mean = float(stat(*arrs))
+    if all(d.size < 2 or np.ptp(d) == 0 for d in arrs):
+        return mean, mean, mean
+    boot = stats.bootstrap(tuple(arrs), stat, n_resamples=n_resamples, vectorized=True,
+                           confidence_level=0.95, method="percentile", random_state=seed)
+    return mean, float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+
+
 def bin_edges(values: Sequence[float], bins: int) -> np.ndarray:
     """Edges for ``bins`` bins: equal width on [0, 1] for fractions, else quantiles.
 

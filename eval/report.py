@@ -79,6 +79,8 @@ class ResultRecord:
         cost: Cost fields (seconds, bytes, tokens/s); may be empty.
         counts: ``n_docs``, ``n_queries`` ... ; may be empty.
         subset: The subsample, or ``None`` for a full run.
+        per_query: Query id -> metric label -> percent (runs since per-query rows were
+            recorded); may be empty.
     """
 
     path: Path
@@ -89,6 +91,7 @@ class ResultRecord:
     cost: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
     subset: Subset | None = None
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -219,6 +222,7 @@ def read_result(path: str | Path) -> ResultRecord:
         cost=dict(raw.get("cost") or {}),
         counts=dict(raw.get("counts") or {}),
         subset=_subset_of(p, config),
+        per_query=dict(raw.get("per_query") or {}),
     )
 
 

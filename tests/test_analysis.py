@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder
@@ -187,10 +188,53 @@ def test_seed_table_means_and_wins() -> None:
                         ("s2", [("vanilla-mean", r(40.0))])])
     rows = table.splitlines()
     assert rows[0].startswith("| variant | s0 | s1 | s2 | mean |")
-    assert rows[2] == "| vanilla-mean | 20.00 | 20.00 | 40.00 | 26.67 | +0.00 | 3 of 3 |"
-    assert rows[3] == "| htp | 30.00 | 10.00 | – | 20.00 | +0.00 | 1 of 2 |"
+    assert rows[2] == "| vanilla-mean | 20.00 | 20.00 | 40.00 | 26.67 | +0.00 | – | 3 of 3 |"
+    # no per-query rows: no interval
+    assert rows[3] == "| htp | 30.00 | 10.00 | – | 20.00 | +0.00 | – | 1 of 2 |"
     with pytest.raises(ValueError, match="baseline variant 'bm25'"):
         seed_table([("s0", [("htp", r(1.0))])], baseline="bm25")
+
+
+def test_seed_table_interval_resamples_queries_within_seeds() -> None:
+    """The ``95% CI`` column is :func:`seeds_ci` of the per-query differences; with one seed
+    it is ``analyze paired``'s bootstrap interval, and it needs the same queries."""
+    from types import SimpleNamespace
+
+    from htp_retrieval.eval.analysis import seed_table
+    from htp_retrieval.eval.paired import compare, seeds_ci
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    rng = np.random.default_rng(0)
+    base = [rng.uniform(0, 100, 40), rng.uniform(0, 100, 60)]
+    var = [base[0] + rng.normal(5, 10, 40), base[1] + rng.normal(-1, 10, 60)]
+
+    def r(v: np.ndarray, prefix: str) -> SimpleNamespace:
+        pq = {f"{prefix}{i:03d}": {"NDCG@10": float(x)} for i, x in enumerate(v)}
+        return SimpleNamespace(scores={"NDCG@10": float(v.mean())}, per_query=pq)
+
+    diffs = [var[0] - base[0], var[1] - base[1]]
+    mean, lo, hi = seeds_ci(diffs)
+    # the statistic is the Δ mean column: the mean over seeds of each seed's mean difference
+    assert mean == pytest.approx(np.mean([d.mean() for d in diffs]))
+    assert lo < mean < hi
+    table = seed_table([("s0", [("vanilla-mean", r(base[0], "a")), ("htp", r(var[0], "a"))]),
+                        ("s1", [("vanilla-mean", r(base[1], "b")), ("htp", r(var[1], "b"))])])
+    assert f"| {mean:+.2f} | [{lo:+.2f}, {hi:+.2f}] | " in table.splitlines()[3]
+    # one seed: the same interval as analyze paired
+    one = compare(RetrievalResult(dataset="d", split="test", config={}, scores={}, cost={}, counts={},
+                                  per_query=r(base[0], "a").per_query),
+                  RetrievalResult(dataset="d", split="test", config={}, scores={}, cost={}, counts={},
+                                  per_query=r(var[0], "a").per_query))
+    assert seeds_ci([diffs[0]])[1:] == pytest.approx((one.ci_low, one.ci_high))
+    # queries differ in a seed: no interval rather than a wrong one
+    table = seed_table([("s0", [("vanilla-mean", r(base[0], "a")), ("htp", r(var[0], "x"))])])
+    assert table.splitlines()[3].endswith("| – | 1 of 1 |")
+    # every difference equal: a point interval
+    assert seeds_ci([np.full(5, 2.0), np.full(3, 4.0)]) == (3.0, 3.0, 3.0)
+    with pytest.raises(ValueError, match="no seeds"):
+        seeds_ci([])
+    with pytest.raises(ValueError, match="seed 1: needs a 1-D array"):
+        seeds_ci([np.ones(3), np.ones((2, 2))])
 
 
 
@@ -220,7 +264,7 @@ def test_seed_tables_group_by_length_and_name_seeds(tmp_path: Path) -> None:
     out = seed_tables([a, b])
     assert "### m / needle, context length 256 tokens (NDCG@10)" in out
     assert "| variant | seed 0 | seed 2 | mean |" in out
-    assert "| htp__mbt64 | 20.00 | 20.00 | 20.00 | +0.00 | 1 of 2 |" in out
+    assert "| htp__mbt64 | 20.00 | 20.00 | 20.00 | +0.00 | – | 1 of 2 |" in out
     assert "### m / needle, context length 512 tokens (NDCG@10)" in out
     dup = write(tmp_path / "c", "vanilla-mean__ctx256", "vanilla-mean", 0, 256, 1.0)
     with pytest.raises(ValueError, match="both vanilla-mean at seed 0"):
