@@ -29,6 +29,7 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -514,108 +515,163 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
-               baseline: str = "vanilla-mean", metric: str = "NDCG@10") -> str:
-    """Markdown table of one metric per variant across several result folders (seeds).
+@dataclass
+class SeedRow:
+    """One variant of :func:`seed_rows`: a metric across folders (seeds) and its difference
+    to the baseline.
+
+    Attributes:
+        name: Variant name.
+        scores: Folder label -> metric (percent), for the folders that have the variant.
+        mean: Mean over those folders.
+        delta: Mean over the folders that also have the baseline of ``variant - baseline``
+            (points); NaN if there are none.
+        ci: 95% interval of ``delta`` with the queries resampled within each folder
+            (:func:`~htp_retrieval.eval.paired.seeds_ci`); ``None`` for the baseline, and
+            unless every such folder has per-query rows for both on the same queries.
+        ahead: Folders where the variant is at or above the baseline.
+        n_both: Folders that have both.
+    """
+
+    name: str
+    scores: dict[str, float]
+    mean: float
+    delta: float
+    ci: tuple[float, float] | None
+    ahead: int
+    n_both: int
+
+
+def seed_rows(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
+              baseline: str = "vanilla-mean", metric: str = "NDCG@10") -> list[SeedRow]:
+    """One metric per variant across several result folders (seeds), against a baseline.
 
     Args:
         folders: ``(folder label, [(variant name, RetrievalResult), ...])`` per folder, e.g.
             one folder per generation seed of ``analyze ablate --data passkey:256``.
-        baseline: Variant the ``Δ mean`` and ``at or above`` columns compare with.
+        baseline: Variant the differences compare with.
         metric: Score key (``NDCG@10``, ``Acc@1``, ...).
 
     Returns:
-        One row per variant (in first-seen order): the metric per folder (``–`` where the
-        folder lacks the variant), the mean over the folders that have it, its difference to
-        the baseline's mean over the same folders, the 95% interval of that difference with
-        the queries resampled within each folder (:func:`~htp_retrieval.eval.paired.seeds_ci`;
-        ``–`` unless every such folder has per-query rows for both on the same queries),
-        and in how many of them the variant is at or above the baseline.
+        A :class:`SeedRow` per variant, the baseline first, the others in first-seen order.
 
     Raises:
         ValueError: if no folder has the baseline variant.
     """
     names: list[str] = []
-    scores: dict[str, dict[str, float]] = {}
     results: dict[str, dict[str, Any]] = {}
     for label, rows in folders:
         for name, res in rows:
-            if name not in scores:
+            if name not in results:
                 names.append(name)
-                scores[name], results[name] = {}, {}
-            scores[name][label] = float(res.scores[metric])
+                results[name] = {}
             results[name][label] = res
-    if baseline not in scores:
+    if baseline not in results:
         raise ValueError(f"no folder has the baseline variant {baseline!r}; "
                          f"variants: {', '.join(names)}")
     labels = [label for label, _ in folders]
-    base = scores[baseline]
+    base = {lab: float(r.scores[metric]) for lab, r in results[baseline].items()}
+    names.sort(key=lambda n: n != baseline)
+    out = []
+    for name in names:
+        sc = {lab: float(results[name][lab].scores[metric]) for lab in labels
+              if lab in results[name]}
+        both = [lab for lab in labels if lab in sc and lab in base]
+        out.append(SeedRow(
+            name=name, scores=sc, mean=float(np.mean(list(sc.values()))),
+            delta=float(np.mean([sc[lab] - base[lab] for lab in both])) if both
+            else float("nan"),
+            ci=None if name == baseline else _seeds_ci(
+                [(results[baseline][lab], results[name][lab]) for lab in both], metric),
+            ahead=sum(sc[lab] >= base[lab] for lab in both), n_both=len(both)))
+    return out
+
+
+def seed_table(folders: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
+               baseline: str = "vanilla-mean", metric: str = "NDCG@10") -> str:
+    """Markdown table of :func:`seed_rows`.
+
+    Args:
+        folders: As :func:`seed_rows`.
+        baseline: Variant the ``Δ mean``, ``95% CI`` and ``at or above`` columns compare
+            with.
+        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
+
+    Returns:
+        One row per variant: the metric per folder (``–`` where the folder lacks the
+        variant), the mean over the folders that have it, its difference to the baseline's
+        mean over the same folders, the 95% interval of that difference (``–`` where
+        :attr:`SeedRow.ci` is ``None``), and in how many of them the variant is at or
+        above the baseline.
+
+    Raises:
+        ValueError: if no folder has the baseline variant.
+    """
+    rows = seed_rows(folders, baseline=baseline, metric=metric)
+    labels = [label for label, _ in folders]
     head = (f"| variant | {' | '.join(labels)} | mean | Δ mean vs {baseline} "
             f"| 95% CI | at or above {baseline} |")
     lines = [head, "|" + "---|" * (len(labels) + 5)]
-    names.sort(key=lambda n: n != baseline)
-    for name in names:
-        sc = scores[name]
-        both = [lab for lab in labels if lab in sc and lab in base]
-        mean = float(np.mean([sc[lab] for lab in labels if lab in sc]))
-        delta = float(np.mean([sc[lab] - base[lab] for lab in both])) if both else float("nan")
-        ahead = sum(sc[lab] >= base[lab] for lab in both)
-        cells = " | ".join(f"{sc[lab]:.2f}" if lab in sc else "–" for lab in labels)
-        ci = _seeds_ci_cell([(results[baseline][lab], results[name][lab]) for lab in both],
-                            metric) if name != baseline else "–"
-        lines.append(f"| {name} | {cells} | {mean:.2f} | {delta:+.2f} | {ci} "
-                     f"| {ahead} of {len(both)} |")
+    for r in rows:
+        cells = " | ".join(f"{r.scores[lab]:.2f}" if lab in r.scores else "–"
+                           for lab in labels)
+        ci = "–" if r.ci is None else f"[{r.ci[0]:+.2f}, {r.ci[1]:+.2f}]"
+        lines.append(f"| {r.name} | {cells} | {r.mean:.2f} | {r.delta:+.2f} | {ci} "
+                     f"| {r.ahead} of {r.n_both} |")
     return "\n".join(lines)
 
 
-def _seeds_ci_cell(pairs: Sequence[tuple[Any, Any]], metric: str) -> str:
-    """``[low, high]`` of :func:`~htp_retrieval.eval.paired.seeds_ci` over ``(baseline,
-    variant)`` results per seed, or ``–`` where a pair lacks per-query rows or their
-    queries differ."""
+def _seeds_ci(pairs: Sequence[tuple[Any, Any]], metric: str) -> tuple[float, float] | None:
+    """:func:`~htp_retrieval.eval.paired.seeds_ci`'s interval over ``(baseline, variant)``
+    results per seed, or ``None`` where there are none, a pair lacks per-query rows, or
+    their queries differ."""
     from htp_retrieval.eval.paired import seeds_ci
 
     diffs = []
     for b, v in pairs:
         pb, pv = getattr(b, "per_query", None), getattr(v, "per_query", None)
         if not pb or not pv or set(pb) != set(pv):
-            return "–"
+            return None
         try:
             qids = sorted(pb)
             diffs.append(np.array([pv[q][metric] - pb[q][metric] for q in qids]))
         except KeyError:
-            return "–"
+            return None
     if not diffs:
-        return "–"
+        return None
     _, lo, hi = seeds_ci(diffs)
-    return f"[{lo:+.2f}, {hi:+.2f}]"
+    return lo, hi
 
 
 _SEED_OR_CTX = re.compile(r"__(?:seed|ctx)\d+")
 
 
-def seed_tables(paths: Sequence[str | Path], *, baseline: str = "vanilla-mean",
-                metric: str = "NDCG@10") -> str:
-    """:func:`seed_table` per model, dataset and context length, over needle/passkey
-    results generated with different ``--seed`` values.
+SeedGroups = dict[tuple[str, str, int | None], list[tuple[str, list[tuple[str, Any]]]]]
+"""``(model, dataset, context length) -> [(\"seed S\", [(variant, record), ...]), ...]``."""
+
+
+def seed_groups(paths: Sequence[str | Path]) -> SeedGroups:
+    """Needle/passkey results generated with different ``--seed`` values, grouped by model,
+    dataset and context length, one folder entry per seed.
 
     Args:
         paths: Results JSONs or folders of them (not searched recursively), e.g.
             ``results/h100/<model>/needle-test results/seeds-h100/<model>/needle-test``.
-        baseline: Variant the ``Δ mean`` column compares with (a file stem without its
-            ``__ctxN`` and ``__seedN`` parts, e.g. ``vanilla-mean``).
-        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
 
     Returns:
-        Markdown: a heading and a table per (model, dataset, context length), one column
-        per seed, a row per variant (the file stem without ``__ctxN``/``__seedN``, so a
-        setting other than the default stays in the name, e.g. ``htp__mb8__mbt64``).
+        :data:`SeedGroups`, sorted by model, dataset and length, seeds ascending; a
+        variant is the file stem without ``__ctxN``/``__seedN``, so a setting other than
+        the default stays in the name (e.g. ``htp__mb8__mbt64``), except that a run with
+        its method's shipped settings for its model (:func:`~htp_retrieval.eval.report.is_shipped`)
+        is ``<method> (shipped)`` at every length (its stem records the density cap, and on
+        a family with its own long-text budget that budget past 1024 tokens).
 
     Raises:
-        ValueError: if a path is missing or holds no results JSON, if a result has no generator seed
-            (not a needle/passkey run; the message names the file), or if two files give
-            the same variant, seed and length.
+        ValueError: if a path is missing or holds no results JSON, if a result has no
+            generator seed (not a needle/passkey run; the message names the file), or if
+            two files give the same variant, seed and length.
     """
-    from htp_retrieval.eval.report import read_result
+    from htp_retrieval.eval.report import is_shipped, read_result
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -634,19 +690,103 @@ def seed_tables(paths: Sequence[str | Path], *, baseline: str = "vanilla-mean",
             raise ValueError(f"{f}: no generator seed in its config (not a needle/passkey "
                              "result)")
         seed, variant = int(synthetic["seed"]), _SEED_OR_CTX.sub("", f.stem)
+        if variant != rec.method and is_shipped(rec, ()):
+            variant = f"{rec.method} (shipped)"  # one name at every length
         key = (rec.model, rec.dataset, rec.length)
         if (*key, seed, variant) in seen:
             raise ValueError(f"{f} and {seen[(*key, seed, variant)]} are both {variant} "
                              f"at seed {seed}")
         seen[(*key, seed, variant)] = f
         groups.setdefault(key, {}).setdefault(seed, []).append((variant, rec))
+    return {key: [(f"seed {s}", by_seed[s]) for s in sorted(by_seed)]
+            for key, by_seed in sorted(groups.items(),
+                                       key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0))}
+
+
+def seed_tables(paths: Sequence[str | Path], *, baseline: str = "vanilla-mean",
+                metric: str = "NDCG@10") -> str:
+    """:func:`seed_table` per model, dataset and context length (:func:`seed_groups`).
+
+    Args:
+        paths: As :func:`seed_groups`.
+        baseline: Variant the ``Δ mean`` column compares with (a file stem without its
+            ``__ctxN`` and ``__seedN`` parts, e.g. ``vanilla-mean``).
+        metric: Score key (``NDCG@10``, ``Acc@1``, ...).
+
+    Returns:
+        Markdown: a heading and a table per (model, dataset, context length), one column
+        per seed, a row per variant.
+
+    Raises:
+        ValueError: as :func:`seed_groups`, or if a group lacks the baseline.
+    """
     out = []
-    for (model, dataset, length), by_seed in sorted(
-            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
-        folders = [(f"seed {s}", by_seed[s]) for s in sorted(by_seed)]
+    for (model, dataset, length), folders in seed_groups(paths).items():
         out += [f"### {model} / {dataset}, context length {length} tokens ({metric})", "",
                 seed_table(folders, baseline=baseline, metric=metric), ""]
     return "\n".join(out)
+
+
+def plot_seed_deltas(paths: Sequence[str | Path], path: str | Path, *,
+                     baseline: str = "vanilla-mean", metric: str = "NDCG@10") -> Path:
+    """Plot :func:`seed_rows` against context length: one panel per model and dataset, the
+    ``Δ mean`` of every variant run at two or more lengths with its 95% interval as an
+    error bar, and a line at zero.
+
+    Args:
+        paths: As :func:`seed_groups`.
+        path: PNG to write (parents created).
+        baseline: Variant the differences compare with.
+        metric: Score key.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: as :func:`seed_groups`, or if a group lacks the baseline.
+        ImportError: if matplotlib is missing (the message says what to install).
+    """
+    from htp_retrieval.eval.report import _log2_axis, _pyplot_free_figure, _save
+
+    panels: dict[tuple[str, str], dict[str, list[tuple[int, SeedRow]]]] = {}
+    for (model, dataset, length), folders in seed_groups(paths).items():
+        if length is None:
+            continue
+        lines = panels.setdefault((model, dataset), {})
+        for row in seed_rows(folders, baseline=baseline, metric=metric):
+            if row.name != baseline and row.n_both:
+                lines.setdefault(row.name, []).append((length, row))
+    for key in list(panels):  # a variant run at one length only is left to the table
+        panels[key] = {n: pts for n, pts in panels[key].items() if len(pts) > 1}
+        if not panels[key]:
+            del panels[key]
+    if not panels:
+        raise ValueError("nothing to plot: no variant shares a seed with the baseline at "
+                         "two or more context lengths")
+    fig, axes = _pyplot_free_figure((5.5 * min(len(panels), 2), 3.6 * ((len(panels) + 1) // 2)),
+                                    (len(panels) + 1) // 2, min(len(panels), 2))
+    for ax, ((model, dataset), lines) in zip(axes, panels.items(), strict=False):
+        xs_all: set[int] = set()
+        for i, (name, pts) in enumerate(lines.items()):
+            xs = np.array([x for x, _ in pts], dtype=float) * 1.04 ** i  # side by side
+            ys = np.array([r.delta for _, r in pts])
+            err = np.array([[r.delta - r.ci[0], r.ci[1] - r.delta] if r.ci else [0.0, 0.0]
+                            for _, r in pts]).T
+            ns = sorted({r.n_both for _, r in pts})
+            seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3,
+                        label=f"{name} ({seeds} seed{'s' if ns[-1] > 1 else ''})")
+            xs_all.update(x for x, _ in pts)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        _log2_axis(ax, sorted(xs_all))
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel(f"Δ {metric} vs {baseline}, mean over seeds")
+        ax.set_title(f"{model} / {dataset}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    return _save(fig, Path(path))
 
 
 def compare_roots(root_a: str | Path, root_b: str | Path, *, metric: str = "NDCG@10"
@@ -729,8 +869,13 @@ def _print_or_exit(name: str, table: Any, *args: Any, **kwargs: Any) -> int:
 
 
 def cmd_seeds(args: argparse.Namespace) -> int:
-    return _print_or_exit("seeds", seed_tables, args.results, baseline=args.baseline,
-                          metric=args.metric)
+    rc = _print_or_exit("seeds", seed_tables, args.results, baseline=args.baseline,
+                        metric=args.metric)
+    if args.plot:
+        out = plot_seed_deltas(args.results, args.plot, baseline=args.baseline,
+                               metric=args.metric)
+        print(f"plot: {out}", file=sys.stderr)
+    return rc
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -817,6 +962,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--baseline", default="vanilla-mean",
                    help="variant (file stem without __ctxN/__seedN) the deltas compare with")
     q.add_argument("--metric", default="NDCG@10")
+    q.add_argument("--plot", metavar="PNG",
+                   help="also plot each variant's Δ mean with its 95%% interval against "
+                   "context length, a panel per model and dataset")
     q.set_defaults(func=cmd_seeds)
 
     q = asub.add_parser("compare", help="the same runs in two results trees (e.g. CPU and "

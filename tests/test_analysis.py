@@ -195,6 +195,41 @@ def test_seed_table_means_and_wins() -> None:
         seed_table([("s0", [("htp", r(1.0))])], baseline="bm25")
 
 
+def test_seed_groups_name_the_shipped_run_and_plot_its_deltas(tmp_path: Path) -> None:
+    """A shipped htp result is ``htp (shipped)`` whatever its file stem records (here
+    Qwen2.5's family long-text budget, ``lb1024-4``); the plot draws variants run at two
+    or more lengths and refuses when there is none."""
+    import json
+    import shutil
+
+    from htp_retrieval.eval.analysis import plot_seed_deltas, seed_groups
+
+    src = Path(__file__).resolve().parent.parent / "results" / "h100" / \
+        "qwen2.5-coder-0.5b-instruct" / "needle-test"
+    files = ["htp__ctx2048__lb1024-4__mbt64.json", "htp__ctx1024__mbt64.json",
+             "vanilla-mean__ctx2048.json", "vanilla-mean__ctx1024.json"]
+    for f in files:
+        shutil.copy(src / f, tmp_path / f)
+    groups = seed_groups([tmp_path])
+    names = {name for folders in groups.values() for _, rows in folders for name, _ in rows}
+    assert names == {"htp (shipped)", "vanilla-mean"}
+    png = plot_seed_deltas([tmp_path], tmp_path / "plots" / "seeds.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a run off the shipped settings keeps its stem
+    rec = json.loads((src / "htp__ctx1024__mbt64.json").read_text())
+    rec["config"]["max_blocks"] = 8
+    (tmp_path / "htp__ctx1024__mb8__mbt64.json").write_text(json.dumps(rec))
+    names = {name for _, rows in seed_groups([tmp_path])[
+        ("qwen2.5-coder-0.5b-instruct", "needle", 1024)] for name, _ in rows}
+    assert "htp__mb8__mbt64" in names
+    one = tmp_path / "one"
+    one.mkdir()
+    for f in files[2:] + files[1:2]:
+        shutil.copy(src / f, one / f)
+    with pytest.raises(ValueError, match="two or more context lengths"):
+        plot_seed_deltas([one], tmp_path / "none.png")
+
+
 def test_seed_table_interval_resamples_queries_within_seeds() -> None:
     """The ``95% CI`` column is :func:`seeds_ci` of the per-query differences; with one seed
     it is ``analyze paired``'s bootstrap interval, and it needs the same queries."""
