@@ -709,8 +709,8 @@ def seed_tables(paths: Sequence[str | Path], *, baseline: str = "vanilla-mean",
 
     Args:
         paths: As :func:`seed_groups`.
-        baseline: Variant the ``Δ mean`` column compares with (a file stem without its
-            ``__ctxN`` and ``__seedN`` parts, e.g. ``vanilla-mean``).
+        baseline: Variant the ``Δ mean`` column compares with: a file stem without its
+            ``__ctxN`` and ``__seedN`` parts (e.g. ``vanilla-mean``), or ``htp (shipped)``.
         metric: Score key (``NDCG@10``, ``Acc@1``, ...).
 
     Returns:
@@ -872,8 +872,11 @@ def cmd_seeds(args: argparse.Namespace) -> int:
     rc = _print_or_exit("seeds", seed_tables, args.results, baseline=args.baseline,
                         metric=args.metric)
     if args.plot:
-        out = plot_seed_deltas(args.results, args.plot, baseline=args.baseline,
-                               metric=args.metric)
+        try:
+            out = plot_seed_deltas(args.results, args.plot, baseline=args.baseline,
+                                   metric=args.metric)
+        except ValueError as e:
+            raise SystemExit(f"htp-retrieval analyze seeds --plot: {e}") from e
         print(f"plot: {out}", file=sys.stderr)
     return rc
 
@@ -960,7 +963,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("results", nargs="+",
                    help="results JSONs or folders, e.g. results/seeds-h100/<model>/needle-test")
     q.add_argument("--baseline", default="vanilla-mean",
-                   help="variant (file stem without __ctxN/__seedN) the deltas compare with")
+                   help="variant the deltas compare with: a file stem without __ctxN/__seedN, "
+                   "or '<method> (shipped)' for a run with its method's shipped settings")
     q.add_argument("--metric", default="NDCG@10")
     q.add_argument("--plot", metavar="PNG",
                    help="also plot each variant's Δ mean with its 95%% interval against "

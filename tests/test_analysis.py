@@ -228,6 +228,10 @@ def test_seed_groups_name_the_shipped_run_and_plot_its_deltas(tmp_path: Path) ->
         shutil.copy(src / f, one / f)
     with pytest.raises(ValueError, match="two or more context lengths"):
         plot_seed_deltas([one], tmp_path / "none.png")
+    from htp_retrieval.cli import main
+
+    with pytest.raises(SystemExit, match="analyze seeds --plot: nothing to plot"):
+        main(["analyze", "seeds", str(one), "--plot", str(tmp_path / "none.png")])
 
 
 def test_seed_table_interval_resamples_queries_within_seeds() -> None:
