@@ -57,7 +57,8 @@ def hub_report(
         ``doc_cosine_mean``: mean cosine over document pairs (1.0: all parallel);
         ``query_doc_cosine_mean``; ``cos_to_mean_median``: median cosine of a document to
         the corpus mean; ``hubs``: per hub ``doc_id``, ``rank1_queries`` (queries it takes
-        rank 1 of), ``relevant_for`` (queries it is relevant to), ``cos_to_mean``,
+        rank 1 of) and their ids (``rank1_query_ids``), ``relevant_for`` (queries it is
+        relevant to), ``cos_to_mean``,
         ``farthest_rank`` (1 = the document farthest from the corpus mean) and its
         metadata.
 
@@ -65,7 +66,7 @@ def hub_report(
         ValueError: if the shapes and id lists disagree or there are fewer than 2 documents.
     """
     from htp_retrieval.eval.metrics import evaluate_run
-    from htp_retrieval.eval.retrieval import rank1_documents, top_k_run, unit_rows
+    from htp_retrieval.eval.retrieval import rank1_of, top_k_run, unit_rows
 
     if q_emb.ndim != 2 or d_emb.ndim != 2 or q_emb.shape[1] != d_emb.shape[1]:
         raise ValueError(f"embeddings must be [n, hidden] with one hidden size; got "
@@ -86,13 +87,16 @@ def hub_report(
     dc = d_emb - d_emb.mean(axis=0, keepdims=True)
     run = top_k_run(q_emb, d_emb, list(qids), list(dids))
     run_c = top_k_run(qc, dc, list(qids), list(dids))
-    top, top_c = rank1_documents(run), rank1_documents(run_c)
+    first = rank1_of(run)
+    top, top_c = Counter(first.values()), Counter(rank1_of(run_c).values())
     relevant = Counter(doc for qid in qids for doc, rel in qrels.get(qid, {}).items() if rel > 0)
     index = {did: i for i, did in enumerate(dids)}
     hubs = []
     for did, count in top.most_common(n_hubs):
         meta = {k: v for k, v in (doc_meta or {}).get(did, {}).items() if k != "needle"}
-        hubs.append({"doc_id": did, "rank1_queries": count, "relevant_for": relevant[did],
+        taken = sorted(q for q, top_doc in first.items() if top_doc == did)
+        hubs.append({"doc_id": did, "rank1_queries": count, "rank1_query_ids": taken,
+                     "relevant_for": relevant[did],
                      "cos_to_mean": round(float(to_mean[index[did]]), 4),
                      "farthest_rank": int(farthest[index[did]]), **meta})
     return {

@@ -99,6 +99,18 @@ def versions(encoder: Any = None) -> dict[str, str]:
     return out
 
 
+def rank1_of(run: dict[str, dict[str, float]]) -> dict[str, str]:
+    """The rank-1 document of each query.
+
+    Args:
+        run: ``query_id -> {doc_id: score}``, as from :func:`top_k_run`.
+
+    Returns:
+        ``query_id -> doc_id`` (queries with no scored document are absent).
+    """
+    return {qid: max(docs, key=docs.get) for qid, docs in run.items() if docs}
+
+
 def rank1_documents(run: dict[str, dict[str, float]]) -> Counter[str]:
     """How many queries each document is rank 1 for.
 
@@ -108,7 +120,7 @@ def rank1_documents(run: dict[str, dict[str, float]]) -> Counter[str]:
     Returns:
         ``doc_id -> queries`` (documents at rank 1 of no query are absent).
     """
-    return Counter(max(docs, key=docs.get) for docs in run.values() if docs)
+    return Counter(rank1_of(run).values())
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

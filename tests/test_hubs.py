@@ -37,6 +37,7 @@ def test_hub_report_finds_the_hub_and_centring_removes_it() -> None:
     assert r["rank1_docs"] == 1 and r["hubs"][0]["doc_id"] == "d5"
     hub = r["hubs"][0]
     assert hub["rank1_queries"] == 4 and hub["relevant_for"] == 0
+    assert hub["rank1_query_ids"] == qids
     assert hub["farthest_rank"] == 1  # the document farthest from the corpus mean
     assert hub["cos_to_mean"] < r["cos_to_mean_median"]
     assert hub["char_offset"] == 0 and "needle" not in hub  # metadata, not the sentence
