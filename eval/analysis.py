@@ -625,18 +625,17 @@ def _seeds_ci(pairs: Sequence[tuple[Any, Any]], metric: str) -> tuple[float, flo
     """:func:`~htp_retrieval.eval.paired.seeds_ci`'s interval over ``(baseline, variant)``
     results per seed, or ``None`` where there are none, a pair lacks per-query rows, or
     their queries differ."""
-    from htp_retrieval.eval.paired import seeds_ci
+    from htp_retrieval.eval.paired import paired_columns, seeds_ci
 
     diffs = []
     for b, v in pairs:
-        pb, pv = getattr(b, "per_query", None), getattr(v, "per_query", None)
-        if not pb or not pv or set(pb) != set(pv):
+        if not getattr(b, "per_query", None) or not getattr(v, "per_query", None):
             return None
         try:
-            qids = sorted(pb)
-            diffs.append(np.array([pv[q][metric] - pb[q][metric] for q in qids]))
-        except KeyError:
+            base, var = paired_columns(b, v, metric=metric)
+        except ValueError:  # other queries, or no such metric
             return None
+        diffs.append(var - base)
     if not diffs:
         return None
     _, lo, hi = seeds_ci(diffs)

@@ -66,7 +66,7 @@ def hub_report(
         ValueError: if the shapes and id lists disagree or there are fewer than 2 documents.
     """
     from htp_retrieval.eval.metrics import evaluate_run
-    from htp_retrieval.eval.retrieval import rank1_of, top_k_run, unit_rows
+    from htp_retrieval.eval.retrieval import rank1_documents, rank1_of, top_k_run, unit_rows
 
     if q_emb.ndim != 2 or d_emb.ndim != 2 or q_emb.shape[1] != d_emb.shape[1]:
         raise ValueError(f"embeddings must be [n, hidden] with one hidden size; got "
@@ -88,7 +88,7 @@ def hub_report(
     run = top_k_run(q_emb, d_emb, list(qids), list(dids))
     run_c = top_k_run(qc, dc, list(qids), list(dids))
     first = rank1_of(run)
-    top, top_c = Counter(first.values()), Counter(rank1_of(run_c).values())
+    top, top_c = Counter(first.values()), rank1_documents(run_c)
     relevant = Counter(doc for qid in qids for doc, rel in qrels.get(qid, {}).items() if rel > 0)
     index = {did: i for i, did in enumerate(dids)}
     hubs = []

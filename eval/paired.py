@@ -119,6 +119,29 @@ def _check_queries(base: RetrievalResult, other: RetrievalResult, label: str) ->
     return qids
 
 
+def paired_columns(
+    base: Any, other: Any, *, metric: str = "NDCG@10", label: str = "variant",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query scores of two results, aligned on their (identical) query ids.
+
+    Args:
+        base: The baseline: anything with ``per_query`` (``query_id -> {metric: value}``),
+            e.g. a :class:`~htp_retrieval.eval.retrieval.RetrievalResult` or a report
+            record.
+        other: The variant, scored on the same queries.
+        metric: Metric label in the per-query rows, or ``"rank"`` (see :func:`compare`).
+        label: Name of ``other`` in error messages.
+
+    Returns:
+        ``(baseline [n_queries], variant [n_queries])``, in sorted query-id order.
+
+    Raises:
+        ValueError: if the two were scored on different query sets or lack ``metric``.
+    """
+    qids = _check_queries(base, other, label)
+    return _column(base, qids, metric, "baseline"), _column(other, qids, metric, label)
+
+
 def compare(
     base: RetrievalResult,
     other: RetrievalResult,
@@ -148,17 +171,10 @@ def compare(
     """
     from scipy import stats
 
-    qids = _check_queries(base, other, label)
-    a = _column(base, qids, metric, "baseline")
-    b = _column(other, qids, metric, label)
+    a, b = paired_columns(base, other, metric=metric, label=label)
     d = b - a
     sign = -1.0 if metric == RANK else 1.0  # a lower rank is a win
-    if len(d) > 1 and np.ptp(d) > 0:
-        boot = stats.bootstrap((d,), np.mean, n_resamples=n_resamples, confidence_level=0.95,
-                               method="percentile", random_state=seed)
-        lo, hi = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-    else:
-        lo = hi = float(d.mean()) if len(d) else 0.0
+    _, lo, hi = seeds_ci([d], n_resamples=n_resamples, seed=seed) if len(d) else (0, 0.0, 0.0)
     p = float(stats.wilcoxon(d).pvalue) if np.any(d != 0) else None
     return PairedComparison(
         variant=label, metric=metric, n=len(d), baseline_mean=float(a.mean()),
