@@ -41,7 +41,7 @@ from htp_retrieval.models import DTypeName
 ENCODER_KEYS = {
     "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
     "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks",
-    "min_block_tokens", "long_budget", "bare_prefix",
+    "min_block_tokens", "long_budget", "short_budget", "bare_prefix",
     "dtype", "padding_side",
 }
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
@@ -84,7 +84,8 @@ PRESETS: dict[str, list[str]] = {
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Parse ``name:key=value,key=value`` into encoder and run keyword arguments.
 
-    Values ``none``/``true``/``false`` and integers are converted, ``long_budget`` takes
+    Values ``none``/``true``/``false`` and integers are converted, ``long_budget`` and
+    ``short_budget`` take
     ``L:B_L`` or ``0`` (:func:`htp_retrieval.layout.parse_long_budget`); anything else stays a
     string (commas inside a value are not supported except in instructions, which must
     come last).
@@ -111,8 +112,8 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         key = key.strip()
         value: Any = raw
         low = raw.strip().lower()
-        if key == "long_budget":  # L:B_L, or 0 for none
-            value = parse_long_budget(raw) or 0
+        if key in ("long_budget", "short_budget"):  # L:B_L, or 0 for none
+            value = parse_long_budget(raw, name=key.replace("_", " ")) or 0
         elif low == "none":
             value = None
         elif low in ("true", "false"):
@@ -321,6 +322,7 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
                    if key_is_relevant(c["method"], "summary") else "–")
         extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "long_budget",
+                                   "short_budget",
                                    "bare_prefix", "k", "placeholder_init") if k in c and (k != "k" or c[k] != 1)
                  and (k != "placeholder_init" or c[k] != "mean")}
         if c.get("document_instruction"):

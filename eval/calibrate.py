@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks",
-               "min_block_tokens", "long_budget", "k", "bare_prefix")
+               "min_block_tokens", "long_budget", "short_budget", "k", "bare_prefix")
 
 
 @dataclass

@@ -92,7 +92,7 @@ def cmd_mteb(args: argparse.Namespace) -> int:
         output_layer=args.output_layer, dtype=args.dtype, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, max_blocks=args.max_blocks,
         min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
-        preset=_preset_arg(args, "mteb"),
+        short_budget=args.short_budget, preset=_preset_arg(args, "mteb"),
     )
     try:
         results = mteb.evaluate(

@@ -34,9 +34,14 @@ from htp_retrieval.eval.synthetic import (
     generate_all,
     synthetic_query_meta,
 )
-from htp_retrieval.layout import as_long_budget, same_block_budgets
+from htp_retrieval.layout import as_long_budget, block_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
-from htp_retrieval.models import DEFAULT_MODEL, default_long_budget, model_type_of
+from htp_retrieval.models import (
+    DEFAULT_MODEL,
+    default_long_budget,
+    default_short_budget,
+    model_type_of,
+)
 
 DataKind = Literal["retrieval", "sts"]
 """``retrieval``: corpus/queries/qrels scored by pytrec_eval; ``sts``: sentence pairs."""
@@ -106,6 +111,10 @@ class EvalSettings:
         long_budget: Adaptive K's long-text budget ``(L, B_L)``: at most B_L blocks past L
             text tokens; ``None`` keeps the method's default (``htp``: ``(1024, 8)``),
             ``0`` turns it off.
+        short_budget: Adaptive K's short-text budget ``(S, B_S)``: at most B_S blocks up
+            to S text tokens; ``None`` keeps the default (the model family's,
+            :func:`htp_retrieval.models.default_short_budget`; none sets one yet), ``0``
+            turns it off.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.
@@ -135,6 +144,7 @@ class EvalSettings:
     max_blocks: int | None = None
     min_block_tokens: int | None = None
     long_budget: tuple[int, int] | Literal[0] | None = None
+    short_budget: tuple[int, int] | Literal[0] | None = None
     device: str = "auto"
     dtype: str = "bfloat16"
     padding_side: str = "right"
@@ -253,6 +263,38 @@ def explicit_long_budget(
     return tag
 
 
+def explicit_short_budget(
+    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int, *,
+    model_type: str | None = None,
+) -> str | None:
+    """The short-text budget a result name records: ``sb<S>-<B_S>``.
+
+    The budget is the flag's, else the model family's
+    (:func:`htp_retrieval.models.default_short_budget`, ``model_type``). ``None`` (no ``sb``
+    part) for methods without sentence blocks, for no short budget, and for one that gives
+    no document of up to ``max_text_tokens`` fewer blocks than the run's other caps would
+    (``(64, 1)`` with T = 64 never binds), so such runs share their file with runs made
+    without it. Under a calibration preset without the flag, the preset's name stands for
+    its budget.
+    """
+    if not _spec_uses_k(spec):
+        return None
+    if settings.short_budget is None:
+        if settings.preset:
+            return None
+        run = default_short_budget(spec, model_type)
+    else:
+        run = as_long_budget(settings.short_budget, name="short_budget")
+    if run is None:
+        return None
+    b = spec.max_blocks if settings.max_blocks is None else settings.max_blocks or None
+    t = effective_min_block_tokens(spec, settings)
+    upto = min(run[0], max(1, max_text_tokens))
+    if all(block_budget(n, b, t, None, run) == block_budget(n, b, t) for n in range(1, upto + 1)):
+        return None
+    return f"sb{run[0]}-{run[1]}"
+
+
 def _spec_uses_n(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
 
@@ -307,7 +349,8 @@ def result_name(
     ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods, when it
     is not the method's default: :func:`explicit_max_blocks`), ``lb<L>-<B_L>`` (a
     long-text budget that differs from the method's default, the flag's or the family's
-    of ``model_type``: :func:`explicit_long_budget`),
+    of ``model_type``: :func:`explicit_long_budget`), ``sb<S>-<B_S>`` (a short-text
+    budget that binds: :func:`explicit_short_budget`),
     ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
@@ -330,6 +373,10 @@ def result_name(
                               point.max_length or context_length or 512, model_type=model_type)
     if lb is not None:
         parts.append(lb)
+    sb = explicit_short_budget(point.method, settings,
+                               point.max_length or context_length or 512, model_type=model_type)
+    if sb is not None:
+        parts.append(sb)
     mbt = effective_min_block_tokens(point.method, settings)
     if mbt is not None:
         parts.append(f"mbt{mbt}")
@@ -513,6 +560,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         max_blocks=settings.max_blocks if _spec_uses_k(point.method) else None,
         min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
         long_budget=settings.long_budget if _spec_uses_k(point.method) else None,
+        short_budget=settings.short_budget if _spec_uses_k(point.method) else None,
         max_length=point.max_length or item.context_length or 512,
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
@@ -549,7 +597,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     shown: set[str] = set()
     # the family picks the default long budget a result name records (no weights loaded)
     model_type = model_type_of(settings.model) if any(
-        get_method(m).long_budget is not None for m in settings.methods) else None
+        get_method(m).long_budget is not None or get_method(m).min_block_tokens is not None
+        for m in settings.methods) else None
     for item in items:
         out_dir = Path(settings.output) / _safe(model_dir) / f"{item.name}-{item.split}"
         if settings.max_lengths:

@@ -33,7 +33,7 @@ from typing import Any
 
 from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec
-from htp_retrieval.models import PACKAGED, default_long_budget
+from htp_retrieval.models import PACKAGED, default_long_budget, default_short_budget
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
 """Score labels shown in tables, in this order, when a set has them."""
@@ -138,7 +138,7 @@ def _is_mteb_file(raw: Any) -> bool:
 
 
 ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True,
-                                           "long_budget": None}
+                                           "long_budget": None, "short_budget": None}
 """Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
 
 
@@ -272,7 +272,8 @@ def _is_number(v: Any) -> bool:
 def key_is_relevant(method: str, key: str) -> bool:
     """Whether a config key changes the embeddings of ``method``.
 
-    K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``, ``long_budget``) and the
+    K, the adaptive-K budget (``max_blocks``, ``min_block_tokens``, ``long_budget``,
+    ``short_budget``) and the
     segmenter matter only for sentence blocks, N only for fixed-token blocks, the ``<PST>``
     summary only for block placeholders, the copy range and placeholder init only for
     methods with placeholders. Unknown methods and other keys: always relevant.
@@ -281,7 +282,8 @@ def key_is_relevant(method: str, key: str) -> bool:
     if spec is None:
         return True
     blocks = spec.placeholders in ("local", "hierarchical")
-    if key in ("k", "segmenter", "max_blocks", "min_block_tokens", "long_budget"):
+    if key in ("k", "segmenter", "max_blocks", "min_block_tokens", "long_budget",
+               "short_budget"):
         return blocks and spec.blocks == "sentence"
     if key == "tokens_per_block":
         return blocks and spec.blocks == "tokens"
@@ -331,10 +333,13 @@ def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
     if spec is None:
         return {}
     long_budget = default_long_budget_of(spec, model)
+    family = PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
+    short_budget = default_short_budget(spec, family)
     return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
             "summary": spec.summary, "max_blocks": spec.max_blocks,
             "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",
-            "long_budget": list(long_budget) if long_budget else None}
+            "long_budget": list(long_budget) if long_budget else None,
+            "short_budget": list(short_budget) if short_budget else None}
 
 
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:

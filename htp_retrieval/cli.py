@@ -51,7 +51,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         tp_start=args.tp_start, tp_exit=args.tp_exit, output_layer=args.output_layer,
         segmenter=args.segmenter, max_blocks=args.max_blocks,
         min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
-        device=args.device, dtype=args.dtype,
+        short_budget=args.short_budget, device=args.device, dtype=args.dtype,
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
@@ -87,7 +87,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
                      tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
                      min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
-                     tp_start=args.tp_start, tp_exit=args.tp_exit,
+                     short_budget=args.short_budget, tp_start=args.tp_start, tp_exit=args.tp_exit,
                      output_layer=args.output_layer, segmenter=args.segmenter,
                      preset=_preset_arg(args, "layout"))
     print(enc.describe(args.text, instruction=args.instruction))
@@ -126,24 +126,28 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval blocks: {e}") from e
     fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0, min_block_tokens=0,
-                       long_budget=0, max_length=args.max_length or 512)
+                       long_budget=0, short_budget=0, max_length=args.max_length or 512)
     policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
                         max_blocks=args.max_blocks, min_block_tokens=args.min_block_tokens,
-                        long_budget=args.long_budget, max_length=args.max_length or 512)
+                        long_budget=args.long_budget, short_budget=args.short_budget,
+                        max_length=args.max_length or 512)
     budget = policy.max_blocks
     dense = policy.min_block_tokens
     long = policy.long_budget
+    short = policy.short_budget
     length = (f"{args.max_length} text tokens" if args.max_length
               else "text tokens as `eval` encodes them (needle/passkey: whole documents)")
     print(f"{args.method}, {length}, minimum K "
           f"{policy.spec.sentences_per_block}, block budget {budget}"
           + (f", at least {dense} text tokens per block" if dense else "")
-          + (f", at most {long[1]} blocks past {long[0]} text tokens" if long else ""))
+          + (f", at most {long[1]} blocks past {long[0]} text tokens" if long else "")
+          + (f", at most {short[1]} up to {short[0]} text tokens" if short else ""))
     print(f"| data | K rule | docs | blocks/doc min | mean | median | p95 | max "
           f"| docs over {budget or 'budget'} "
           "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|---|")
     rule_name = (f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
-                 + (f", long_budget={long[0]}:{long[1]}" if long else ""))
+                 + (f", long_budget={long[0]}:{long[1]}" if long else "")
+                 + (f", short_budget={short[0]}:{short[1]}" if short else ""))
     for it in items:
         texts = [it.data.doc_text(d) for d in it.data.corpus]
         # the length `eval` encodes this set with (needle/passkey: every document whole)
@@ -162,18 +166,29 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _long_budget(text: str) -> tuple[int, int] | int:
-    """argparse type of ``--long-budget``: ``L:B_L`` or ``0`` (none)."""
+def _parse_budget(text: str, name: str) -> tuple[int, int] | int:
+    """``L:B_L`` or ``0`` (none) as an argparse value; errors name the flag's budget."""
     from htp_retrieval.layout import parse_long_budget
 
     try:
-        return parse_long_budget(text) or 0
+        return parse_long_budget(text, name=name) or 0
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _long_budget(text: str) -> tuple[int, int] | int:
+    """argparse type of ``--long-budget``: ``L:B_L`` or ``0`` (none)."""
+    return _parse_budget(text, "long budget")
+
+
+def _short_budget(text: str) -> tuple[int, int] | int:
+    """argparse type of ``--short-budget``: ``S:B_S`` or ``0`` (none)."""
+    return _parse_budget(text, "short budget")
+
+
 def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
-    """The adaptive-K policy flags (``eval``, ``blocks``): B, T and the long-text budget.
+    """The adaptive-K policy flags (``eval``, ``blocks``): B, T, the long- and short-text
+    budgets.
 
     The defaults named in the help are read from the ``htp`` spec and the family presets.
     """
@@ -194,6 +209,12 @@ def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
                    "0 = none; default: the --preset's, else the model family's "
                    f"({families}), else the method's "
                    f"(htp: {lb})")
+    shorts = ", ".join(f"{t}: {b[0]}:{b[1]}" for t, pre in LAYER_PRESETS.items()
+                       if (b := pre.short_budget) is not None) or "none sets one"
+    p.add_argument("--short-budget", type=_short_budget, default=None, metavar="S:B_S",
+                   help="adaptive K short-text budget: at most B_S blocks up to S text tokens "
+                   "(docs/ANALYSIS.md section 16); 0 = none; default: the --preset's, else "
+                   f"the model family's ({shorts}) for methods with a density cap")
 
 
 def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:

@@ -38,6 +38,7 @@ from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import (
     DEFAULT_MODEL,
     default_long_budget,
+    default_short_budget,
     layer_preset,
     load_model,
     resolve_exit_layer,
@@ -159,6 +160,11 @@ class HTPEncoder:
             ``None`` takes the preset's, else the model family's where its
             :class:`~htp_retrieval.models.LayerPreset` sets one, else the method's
             (``htp``: ``(1024, 8)``, :attr:`MethodSpec.long_budget`); ``0``: none.
+        short_budget: Adaptive K's short-text budget ``(S, B_S)``: a document of at most S
+            text tokens gets at most B_S blocks (docs/ANALYSIS.md section 16). ``None``
+            takes the preset's, else the model family's where its
+            :class:`~htp_retrieval.models.LayerPreset` sets one (methods with a density
+            cap only, :func:`~htp_retrieval.models.default_short_budget`); ``0``: none.
         bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
             ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
             directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
@@ -202,6 +208,7 @@ class HTPEncoder:
         max_blocks: int | None = None,
         min_block_tokens: int | None = None,
         long_budget: tuple[int, int] | Literal[0] | None = None,
+        short_budget: tuple[int, int] | Literal[0] | None = None,
         preset: str | Path | dict[str, Any] | None = None,
         bare_prefix: str | None = None,
         batch_size: int = 32,
@@ -240,6 +247,8 @@ class HTPEncoder:
         min_block_tokens = min_block_tokens or None
         if long_budget is not None:
             as_long_budget(long_budget)  # fail before loading a model
+        if short_budget is not None:
+            as_long_budget(short_budget, name="short_budget")
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
@@ -271,6 +280,11 @@ class HTPEncoder:
             long_budget = pre["long_budget"] if "long_budget" in pre else default_long_budget(
                 self.spec.long_budget, self.model.config.model_type)
         self.long_budget: tuple[int, int] | None = as_long_budget(long_budget)
+        if short_budget is None:  # the calibration preset's, else the family's
+            short_budget = pre["short_budget"] if "short_budget" in pre else (
+                default_short_budget(self.spec, self.model.config.model_type))
+        self.short_budget: tuple[int, int] | None = as_long_budget(short_budget,
+                                                                   name="short_budget")
         self.tp_start = preset.tp_start if tp_start is None else tp_start
         self.tp_exit = min(preset.tp_exit, self.n_layers) if tp_exit is None else tp_exit
         self.output_layer = preset.output_layer if output_layer is None else output_layer
@@ -399,7 +413,8 @@ class HTPEncoder:
                 sentence_block_starts(
                     si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks,
                                    n_tokens=len(ids), min_block_tokens=self.min_block_tokens,
-                                   long_budget=self.long_budget)
+                                   long_budget=self.long_budget,
+                                   short_budget=self.short_budget)
                 )
                 for si, ids in zip(sent_idx, ids_all)
             ]
@@ -680,6 +695,7 @@ class HTPEncoder:
             **({} if self.min_block_tokens is None else
                {"min_block_tokens": self.min_block_tokens}),
             **({} if self.long_budget is None else {"long_budget": list(self.long_budget)}),
+            **({} if self.short_budget is None else {"short_budget": list(self.short_budget)}),
             **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
             **({"preset": self.preset} if self.preset else {}),
         }

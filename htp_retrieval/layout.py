@@ -137,6 +137,9 @@ def count_sentences(sentence_index: Sequence[int]) -> int:
 LongBudget = tuple[int, int]
 """``(L, B_L)``: a document of more than L text tokens gets at most B_L blocks."""
 
+ShortBudget = tuple[int, int]
+"""``(S, B_S)``: a document of at most S text tokens gets at most B_S blocks."""
+
 
 def adaptive_k(
     n_sentences: int,
@@ -146,6 +149,7 @@ def adaptive_k(
     n_tokens: int | None = None,
     min_block_tokens: int | None = None,
     long_budget: LongBudget | None = None,
+    short_budget: ShortBudget | None = None,
 ) -> int:
     """K for one document under a block budget (adaptive K, docs/ANALYSIS.md section 8).
 
@@ -158,7 +162,9 @@ def adaptive_k(
     ``min_block_tokens = T`` also at most ``max(1, n_tokens // T)``, so a text of very short
     sentences (passkey filler, lists) gets no more than one block per T text tokens on
     average (the placeholder density, docs/ANALYSIS.md section 10); with ``long_budget =
-    (L, B_L)`` at most B_L past L text tokens (docs/ANALYSIS.md section 13).
+    (L, B_L)`` at most B_L past L text tokens (docs/ANALYSIS.md section 13); with
+    ``short_budget = (S, B_S)`` at most B_S up to S text tokens (docs/ANALYSIS.md
+    section 16).
 
     Args:
         n_sentences: Sentences in the (truncated) document.
@@ -170,17 +176,21 @@ def adaptive_k(
             density cap.
         long_budget: ``(L, B_L)``, the budget of documents longer than L text tokens;
             ``None``: none.
+        short_budget: ``(S, B_S)``, the budget of documents of at most S text tokens;
+            ``None``: none.
 
     Raises:
-        ValueError: if ``k < 1``, a budget or T is below 1, or ``min_block_tokens`` or
-            ``long_budget`` is given without ``n_tokens``.
+        ValueError: if ``k < 1``, a budget or T is below 1, or ``min_block_tokens``,
+            ``long_budget`` or ``short_budget`` is given without ``n_tokens``.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if (min_block_tokens is not None or long_budget is not None) and n_tokens is None:
-        raise ValueError("min_block_tokens or long_budget needs n_tokens (the document's "
-                         "text tokens)")
-    budget = block_budget(max(1, n_tokens or 1), max_blocks, min_block_tokens, long_budget)
+    if (min_block_tokens is not None or long_budget is not None
+            or short_budget is not None) and n_tokens is None:
+        raise ValueError("min_block_tokens, long_budget or short_budget needs n_tokens (the "
+                         "document's text tokens)")
+    budget = block_budget(max(1, n_tokens or 1), max_blocks, min_block_tokens, long_budget,
+                          short_budget)
     if budget is None:
         return k
     return max(k, -(-n_sentences // budget))
@@ -191,20 +201,22 @@ def block_budget(
     max_blocks: int | None,
     min_block_tokens: int | None = None,
     long_budget: LongBudget | None = None,
+    short_budget: ShortBudget | None = None,
 ) -> int | None:
     """The most blocks :func:`adaptive_k` gives a document of ``n_tokens`` text tokens.
 
-    ``min(B, max(1, n_tokens // T), B_L if n_tokens > L)`` over the parts that are set;
-    ``None`` when none is.
+    ``min(B, max(1, n_tokens // T), B_L if n_tokens > L, B_S if n_tokens <= S)`` over the
+    parts that are set; ``None`` when none is.
 
     Args:
         n_tokens: Text tokens in the (truncated) document.
         max_blocks: Block budget B (``None``: none).
         min_block_tokens: Density cap T (``None``: none).
         long_budget: ``(L, B_L)`` (``None``: none).
+        short_budget: ``(S, B_S)`` (``None``: none).
 
     Raises:
-        ValueError: if ``n_tokens``, B, T, L or B_L is below 1.
+        ValueError: if ``n_tokens``, B, T, L, B_L, S or B_S is below 1.
     """
     if n_tokens < 1:
         raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
@@ -219,11 +231,20 @@ def block_budget(
         after, blocks = as_long_budget(long_budget)  # type: ignore[misc]
         if n_tokens > after:
             caps.append(blocks)
+    if short_budget is not None:
+        upto, blocks = as_long_budget(short_budget, name="short_budget")  # type: ignore[misc]
+        if n_tokens <= upto:
+            caps.append(blocks)
     return min(caps) if caps else None
 
 
-def as_long_budget(value: object) -> LongBudget | None:
-    """Check a long-text budget: ``(L, B_L)`` (tuple or list, as presets give it) or none.
+def as_long_budget(value: object, *, name: str = "long_budget") -> LongBudget | None:
+    """Check a long- or short-text budget: ``(L, B_L)`` (tuple or list, as presets give it)
+    or none.
+
+    Args:
+        value: The budget.
+        name: What the error message calls it (``long_budget``, ``short_budget``).
 
     Returns:
         ``(L, B_L)`` as a tuple, or ``None`` for ``None`` and ``0``.
@@ -236,11 +257,13 @@ def as_long_budget(value: object) -> LongBudget | None:
     if (isinstance(value, (tuple, list)) and len(value) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
         return (value[0], value[1])
-    raise ValueError(f"long_budget must be (L, B_L) with both >= 1, 0 or None, got {value!r}")
+    raise ValueError(f"{name} must be (L, B_L) with both >= 1, 0 or None, got {value!r}")
 
 
-def parse_long_budget(text: str) -> LongBudget | None:
+def parse_long_budget(text: str, *, name: str = "long budget") -> LongBudget | None:
     """Parse ``"L:B_L"`` (e.g. ``"1024:8"``) into ``(L, B_L)``; ``"0"``/``"none"``: ``None``.
+
+    Also parses a short-text budget ``"S:B_S"`` (``name="short budget"``, for the message).
 
     Raises:
         ValueError: naming the text, if it is not two integers >= 1 joined by ``:``.
@@ -254,7 +277,7 @@ def parse_long_budget(text: str) -> LongBudget | None:
     except ValueError:
         budget = (0, 0)
     if not sep or min(budget) < 1:
-        raise ValueError(f"long budget {text!r} is not L:B_L (two integers >= 1, e.g. "
+        raise ValueError(f"{name} {text!r} is not L:B_L (two integers >= 1, e.g. "
                          "1024:8) or 0 for none")
     return budget
 

@@ -15,7 +15,10 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from htp_retrieval.methods import MethodSpec
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +90,9 @@ class LayerPreset:
             blocks per document past L text tokens), for methods that have one
             (:attr:`~htp_retrieval.methods.MethodSpec.long_budget`); ``None``: the
             method's own.
+        short_budget: The family's adaptive-K short-text budget ``(S, B_S)`` (at most B_S
+            blocks per document of up to S text tokens), for methods with a density cap
+            (:attr:`~htp_retrieval.methods.MethodSpec.min_block_tokens`); ``None``: none.
     """
 
     tp_start: int
@@ -94,6 +100,7 @@ class LayerPreset:
     output_layer: int
     source: str
     long_budget: tuple[int, int] | None = None
+    short_budget: tuple[int, int] | None = None
 
     def exit_layer(self, n_layers: int) -> int:
         """L', the number of decoder layers to run for a model with ``n_layers`` layers."""
@@ -153,6 +160,22 @@ def default_long_budget(
     if spec_long_budget is None or model_type is None:
         return spec_long_budget
     return layer_preset(model_type).long_budget or spec_long_budget
+
+
+def default_short_budget(spec: MethodSpec, model_type: str | None) -> tuple[int, int] | None:
+    """The short-text budget a method runs with by default on a model family.
+
+    Args:
+        spec: The method; only a method with a density cap
+            (:attr:`~htp_retrieval.methods.MethodSpec.min_block_tokens`, ``htp``) takes one.
+        model_type: Hugging Face ``config.model_type``; ``None`` (unknown): none.
+
+    Returns:
+        The family preset's :attr:`LayerPreset.short_budget`, or ``None``.
+    """
+    if spec.min_block_tokens is None or model_type is None:
+        return None
+    return layer_preset(model_type).short_budget
 
 
 def model_type_of(model: str) -> str | None:
