@@ -34,7 +34,7 @@ from htp_retrieval.eval.synthetic import (
     generate_all,
     synthetic_query_meta,
 )
-from htp_retrieval.layout import as_long_budget, block_budget, same_block_budgets
+from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
 from htp_retrieval.models import (
     DEFAULT_MODEL,
@@ -289,8 +289,9 @@ def explicit_short_budget(
         return None
     b = spec.max_blocks if settings.max_blocks is None else settings.max_blocks or None
     t = effective_min_block_tokens(spec, settings)
-    upto = min(run[0], max(1, max_text_tokens))
-    if all(block_budget(n, b, t, None, run) == block_budget(n, b, t) for n in range(1, upto + 1)):
+    lb = (default_long_budget(spec.long_budget, model_type) if settings.long_budget is None
+          else as_long_budget(settings.long_budget))
+    if same_block_budgets((b, t, lb, run), (b, t, lb, None), min(run[0], max_text_tokens)):
         return None
     return f"sb{run[0]}-{run[1]}"
 

@@ -155,8 +155,13 @@ def default_long_budget_of(spec: MethodSpec, model: object) -> tuple[int, int] |
     Returns:
         ``(L, B_L)``, or ``None`` for a method without a long budget.
     """
-    family = PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
-    return default_long_budget(spec.long_budget, family)
+    return default_long_budget(spec.long_budget, _family_of(model))
+
+
+def _family_of(model: object) -> str | None:
+    """``model_type`` of a packaged model name (``config["model"]``), else ``None`` (the
+    report loads no model config)."""
+    return PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
 
 
 def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
@@ -333,8 +338,7 @@ def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
     if spec is None:
         return {}
     long_budget = default_long_budget_of(spec, model)
-    family = PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
-    short_budget = default_short_budget(spec, family)
+    short_budget = default_short_budget(spec, _family_of(model))
     return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
             "summary": spec.summary, "max_blocks": spec.max_blocks,
             "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",

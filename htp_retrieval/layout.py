@@ -283,11 +283,14 @@ def parse_long_budget(text: str, *, name: str = "long budget") -> LongBudget | N
 
 
 def same_block_budgets(
-    a: tuple[int | None, int | None, LongBudget | None],
-    b: tuple[int | None, int | None, LongBudget | None],
+    a: tuple[int | None, int | None, LongBudget | None]
+    | tuple[int | None, int | None, LongBudget | None, ShortBudget | None],
+    b: tuple[int | None, int | None, LongBudget | None]
+    | tuple[int | None, int | None, LongBudget | None, ShortBudget | None],
     max_text_tokens: int,
 ) -> bool:
-    """Whether two budgets ``(B, T, (L, B_L))`` agree for every length up to a max length.
+    """Whether two budgets ``(B, T, (L, B_L)[, (S, B_S)])`` agree for every length up to a
+    max length (the short-text budget is optional: absent, none).
 
     If they do, :func:`adaptive_k` gives every document truncated to ``max_text_tokens``
     the same K under both, so the layouts are identical (with T = 64 and 512 tokens,
