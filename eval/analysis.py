@@ -888,7 +888,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    """Register ``htp-retrieval analyze {norms,drift,ablate,table,seeds,compare,paired}``."""
+    """Register ``htp-retrieval analyze {norms,drift,ablate,table,seeds,compare,paired,
+    same-layouts}``."""
     p = sub.add_parser("analyze", help="diagnosis: sink norms, drift, ablations (issue 6)")
     asub = p.add_subparsers(dest="analysis", required=True)
 
@@ -979,6 +980,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--metric", default="NDCG@10")
     q.set_defaults(func=cmd_compare)
 
+    from htp_retrieval.eval.layout_check import add_parser as add_same_layouts
     from htp_retrieval.eval.paired import add_parser as add_paired
 
     add_paired(asub)
+    add_same_layouts(asub)

@@ -41,7 +41,7 @@ MAIN_SCORE_ORDER: tuple[str, ...] = ("Acc@1", "Spearman", "NDCG@10")
 """The first of these a set has is its main score (plots, HTP-vs-baseline lines)."""
 IGNORED_KEYS: frozenset[str] = frozenset(
     {"command", "model", "method", "exit_layer", "n_layers", "max_blocks_recorded",
-     "long_budget_recorded"}
+     "long_budget_recorded", "short_budget_recorded"}
 )
 """Config keys never used to tell rows apart (``exit_layer``/``n_layers`` follow from the
 model and ``output_layer``; ``command`` is printed above the table)."""
@@ -164,18 +164,24 @@ def _family_of(model: object) -> str | None:
     return PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
 
 
-def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
-    """Record a block budget that cannot bind at the run's length as the method's default.
+def _show_unbound_budget_as_default(
+    config: dict[str, Any], same_layouts: Sequence[dict[str, Any]] = (),
+) -> None:
+    """Record a block budget that does not bind on the run as the method's default.
 
-    A record's budget is ``(B, T, long_budget)``. Where swapping its B, or its long budget,
-    for the method's default gives every document of up to its max length the same number
-    of blocks (:func:`htp_retrieval.layout.same_block_budgets`), the layouts are exactly
-    those the default value gives: B = 8 at 512 tokens with T = 64, or any run made before
-    the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Such a record gets the
-    default value (so it is labelled and plotted as the default) and keeps the one it was
-    run with under ``max_blocks_recorded`` / ``long_budget_recorded``. T is never swapped,
-    and any other record is left as it is. The default long budget is the model family's
-    where its preset sets one (:func:`default_long_budget_of`).
+    A record's budget is ``(B, T, long_budget, short_budget)``. Where swapping its B, or its
+    long budget, for the method's default gives every document of up to its max length the
+    same number of blocks (:func:`htp_retrieval.layout.same_block_budgets`), the layouts are
+    exactly those the default value gives: B = 8 at 512 tokens with T = 64, or any run made
+    before the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Where the record
+    carries a ``same_layouts`` check (``htp-retrieval analyze same-layouts --write``,
+    :mod:`~htp_retrieval.eval.layout_check`) showing that default values of B, the long
+    and/or the short budget (every value a check names must be the default) lay out every
+    one of its documents and queries as the run did, the same holds for that data. Such a
+    record gets the default value (so it is labelled and plotted as the default) and keeps
+    the one it was run with under ``max_blocks_recorded`` / ``long_budget_recorded`` /
+    ``short_budget_recorded``. T is never swapped, and any other record is left as it is. The default budgets are the model family's where its preset
+    sets one (:func:`default_long_budget_of`, :func:`htp_retrieval.models.default_short_budget`).
     """
     spec = METHODS.get(str(config.get("method")))
     length = config.get("max_length")
@@ -184,12 +190,30 @@ def _show_unbound_budget_as_default(config: dict[str, Any]) -> None:
     b, t, lb = config.get("max_blocks"), config.get("min_block_tokens"), config.get("long_budget")
     run_lb = as_long_budget(lb)
     default_lb = default_long_budget_of(spec, config.get("model"))
-    if run_lb != default_lb and same_block_budgets((b, t, run_lb), (b, t, default_lb), length):
+    default_sb = default_short_budget(spec, _family_of(config.get("model")))
+    defaults = {"long_budget": list(default_lb) if default_lb else None,
+                "short_budget": list(default_sb) if default_sb else None,
+                "max_blocks": spec.max_blocks}
+    swapped = set()
+    for entry in same_layouts:  # checked on the data: every value the default's
+        settings = entry.get("settings") if isinstance(entry, dict) else None
+        if not settings or any(k not in defaults or v != defaults[k]
+                               for k, v in settings.items()):
+            continue
+        for key, value in settings.items():
+            if config.get(key) != value and key not in swapped:
+                config[f"{key}_recorded"] = config.get(key)
+                config[key] = value
+                swapped.add(key)
+    run_lb = as_long_budget(config.get("long_budget"))
+    sb = as_long_budget(config.get("short_budget"), name="short_budget")
+    if "long_budget" not in swapped and run_lb != default_lb and same_block_budgets(
+            (b, t, run_lb, sb), (b, t, default_lb, sb), length):
         config["long_budget_recorded"] = lb
         config["long_budget"] = list(default_lb) if default_lb else None
         run_lb = default_lb
-    if b != spec.max_blocks and same_block_budgets(
-            (b, t, run_lb), (spec.max_blocks, t, run_lb), length):
+    if "max_blocks" not in swapped and b != spec.max_blocks and same_block_budgets(
+            (b, t, run_lb, sb), (spec.max_blocks, t, run_lb, sb), length):
         config["max_blocks_recorded"] = b
         config["max_blocks"] = spec.max_blocks
 
@@ -217,7 +241,7 @@ def read_result(path: str | Path) -> ResultRecord:
     if "method" in config:  # an encoder config: fill the keys it records only when off default
         for k, v in ENCODER_CONFIG_DEFAULTS.items():
             config.setdefault(k, v)
-        _show_unbound_budget_as_default(config)
+        _show_unbound_budget_as_default(config, raw.get("same_layouts") or ())
     return ResultRecord(
         path=p,
         dataset=str(raw["dataset"]),

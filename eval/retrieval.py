@@ -43,6 +43,9 @@ class RetrievalResult:
         query_meta: ``query_id -> facts`` the rows can be split by, e.g. for needle and
             passkey the relevant document, the seeded needle ``depth`` (0..1) and its
             ``n_tokens``.
+        same_layouts: Checks that other K-policy values lay out every input of this run
+            as it was laid out (``htp-retrieval analyze same-layouts --write``,
+            :mod:`~htp_retrieval.eval.layout_check`); written only when there are some.
     """
 
     dataset: str
@@ -55,13 +58,17 @@ class RetrievalResult:
     created: float = 0.0
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
     query_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    same_layouts: list[dict[str, Any]] = field(default_factory=list)
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+        raw = asdict(self)
+        if not raw["same_layouts"]:
+            del raw["same_layouts"]
+        tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))
         tmp.replace(p)
 
     @classmethod
