@@ -294,7 +294,8 @@ def cmd_same_layouts(args: argparse.Namespace) -> int:
             continue
         print(f"| {rec.path} | {check.documents_changed} of {check.documents} "
               f"| {check.queries_changed} of {check.queries} | {'yes' if check.same else 'no'} |")
-        if check.same and args.write:
+        ran_with = json.loads(rec.path.read_text(encoding="utf-8"))["config"]
+        if check.same and args.write and any(ran_with.get(k) != v for k, v in settings.items()):
             write_check(check, command=command)
         elif not check.same:
             rc = max(rc, 1)
@@ -318,5 +319,6 @@ def add_parser(asub: Any) -> None:
     q.add_argument("--haystack", default=None, help="needle essays folder")
     q.add_argument("--write", action="store_true",
                    help="record each check with no change in its results JSON "
-                   "(same_layouts), so the report shows the run under the checked value")
+                   "(same_layouts), so the report shows the run under the checked value "
+                   "(not in records run with those values)")
     q.set_defaults(func=cmd_same_layouts)

@@ -87,6 +87,16 @@ def test_cli_writes_only_unchanged_checks_and_the_report_shows_the_default(
     assert [e["settings"] for e in entry] == [{"short_budget": [256, 1]}]
     assert entry[0]["command"].startswith("htp-retrieval analyze same-layouts ")
     assert entry[0]["command"].endswith("--short-budget 256:1 --write")
+    # a record run with the checked value gets no entry
+    raw = json.loads(long_.read_text())
+    raw["config"]["short_budget"] = [256, 1]
+    ran = root / "passkey-test-sb"
+    ran.mkdir()
+    (ran / long_.name).write_text(json.dumps({k: v for k, v in raw.items()
+                                              if k != "same_layouts"}))
+    assert main(["analyze", "same-layouts", str(ran), "--short-budget", "256:1",
+                 "--write"]) == 0
+    assert "same_layouts" not in json.loads((ran / long_.name).read_text())
     # eval reuses the annotated file (RetrievalResult.load) and keeps the entry on save
     res = RetrievalResult.load(long_)
     assert res.same_layouts == entry
