@@ -113,8 +113,8 @@ class EvalSettings:
             ``0`` turns it off.
         short_budget: Adaptive K's short-text budget ``(S, B_S)``: at most B_S blocks up
             to S text tokens; ``None`` keeps the default (the model family's,
-            :func:`htp_retrieval.models.default_short_budget`; none sets one yet), ``0``
-            turns it off.
+            :func:`htp_retrieval.models.default_short_budget`; the Llama family's is
+            ``(256, 1)``), ``0`` turns it off.
         device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
         output: Results root folder.
         overwrite: Recompute existing results.

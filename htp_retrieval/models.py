@@ -131,7 +131,10 @@ LAYER_PRESETS: dict[str, LayerPreset] = {
                          "documents of seed 1 (docs/ANALYSIS.md section 14)",
                          long_budget=(1024, 4)),
     "llama": LayerPreset(1, 15, -2, "calibrated for SmolLM2-135M on SciFact train claims "
-                         "(docs/ANALYSIS.md): copies before layers 1-14, second-to-last"),
+                         "(docs/ANALYSIS.md): copies before layers 1-14, second-to-last; one "
+                         "block up to 256 text tokens, chosen on needle and passkey of seeds "
+                         "1, 5, 6 (docs/ANALYSIS.md section 16)",
+                         short_budget=(256, 1)),
     "gemma3_text": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),
     "gemma3": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),
 }

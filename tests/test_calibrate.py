@@ -144,22 +144,27 @@ def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa:
 
     model, tok = tiny_llama
     text = " ".join(["The sky is blue."] * 30)  # many very short sentences
-    base = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, min_block_tokens=0)
+    base = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, min_block_tokens=0,
+                      short_budget=0)
     n_text = base.build_layouts([text])[0].n_text_tokens
     dense = len(base.build_layouts([text])[0].pst_positions)
-    capped = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, min_block_tokens=32)
+    capped = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, min_block_tokens=32,
+                        short_budget=0)
     lay = capped.build_layouts([text])[0]
     assert lay.n_text_tokens == n_text
     assert len(lay.pst_positions) <= max(1, n_text // 32) < dense
     assert capped.config()["min_block_tokens"] == 32
     assert "min_block_tokens" not in base.config()  # 0: no cap, recorded as absent
     via_preset = HTPEncoder(model, "htp", tokenizer=tok, max_length=256,
-                            preset={"min_block_tokens": 32})
+                            preset={"min_block_tokens": 32, "short_budget": 0})
     assert via_preset.build_layouts([text])[0].pst_positions == lay.pst_positions
     # the shipped default: T = 64 (docs/ANALYSIS.md, section 10)
     shipped = HTPEncoder(model, "htp", tokenizer=tok, max_length=256)
     assert shipped.min_block_tokens == 64 and shipped.config()["min_block_tokens"] == 64
-    assert len(shipped.build_layouts([text])[0].pst_positions) == max(1, n_text // 64)
+    # ... and on a Llama, one block up to 256 text tokens (its short-text budget, section 16)
+    assert n_text <= 256 and len(shipped.build_layouts([text])[0].pst_positions) == 1
+    no_short = HTPEncoder(model, "htp", tokenizer=tok, max_length=256, short_budget=0)
+    assert len(no_short.build_layouts([text])[0].pst_positions) == max(1, n_text // 64)
     assert HTPEncoder(model, "htp-last", tokenizer=tok).min_block_tokens is None  # paper's
     with pytest.raises(ValueError, match="min_block_tokens"):
         HTPEncoder(model, "htp", tokenizer=tok, min_block_tokens=-4)

@@ -59,7 +59,8 @@ def test_literal_placeholder_strings_stay_text(tiny_llama) -> None:  # noqa: ANN
 
 def test_truncation_never_cuts_placeholders(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
-    enc = HTPEncoder(model, "htp", tokenizer=tok, max_length=20, min_block_tokens=0)
+    enc = HTPEncoder(model, "htp", tokenizer=tok, max_length=20, min_block_tokens=0,
+                     short_budget=0)
     long = " ".join(f"Sentence number {i} is here." for i in range(50))
     lay = enc.build_layouts([long])[0]
     assert lay.n_text_tokens == 20 == len(lay.pool_positions)

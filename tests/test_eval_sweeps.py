@@ -69,7 +69,7 @@ def test_auto_tokens_per_block_matches_sentence_count(tiny_llama) -> None:  # no
     text = ("The cell divides quickly. Proteins fold in many ways under stress. Results were "
             "significant in mice and in rats. We repeat it.")
     sent = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32",
-                      min_block_tokens=0).build_layouts([text])[0]
+                      min_block_tokens=0, short_budget=0).build_layouts([text])[0]
     fixed = HTPEncoder(model, "htp-fixed-tokens", tokenizer=tok, dtype="float32",
                        tokens_per_block="auto")
     lay = fixed.build_layouts([text])[0]

@@ -75,8 +75,9 @@ def test_result_names_record_the_family_budget(qwen2_budget: tuple[int, int]) ->
     # the method's own budget on this family is no longer the default: it is named
     assert result_name(htp, EvalSettings(long_budget=HTP_OWN), context_length=2048,
                        model_type="qwen2") == "htp__ctx2048__mbt64.json"
+    # Llama keeps the method's long budget and adds its short-text budget (section 16)
     assert result_name(htp, EvalSettings(), context_length=2048,
-                       model_type="llama") == "htp__ctx2048__mbt64.json"
+                       model_type="llama") == "htp__ctx2048__sb256-1__mbt64.json"
     vanilla = RunPoint(get_method("vanilla-mean"), None)
     assert result_name(vanilla, EvalSettings(), context_length=2048,
                        model_type="qwen2") == "vanilla-mean__ctx2048.json"
@@ -84,19 +85,21 @@ def test_result_names_record_the_family_budget(qwen2_budget: tuple[int, int]) ->
 
 def test_report_counts_the_family_budget_as_shipped(
         tmp_path: Path, qwen2_budget: tuple[int, int]) -> None:
-    def rec(name: str, model: str, long_budget: list[int]) -> object:
+    def rec(name: str, model: str, long_budget: list[int],
+            short_budget: list[int] | None = None) -> object:
         f = tmp_path / f"{name}.json"
         f.write_text(json.dumps({
             "dataset": "needle", "split": "test", "scores": {"NDCG@10": 1.0},
             "config": {"model": model, "method": "htp", "k": 1, "summary": "mean",
                        "tokens_per_block": 32, "segmenter": "sentencizer",
                        "max_blocks": 32, "min_block_tokens": 64, "max_length": 2048,
-                       "context_length": 2048, "long_budget": long_budget}}))
+                       "context_length": 2048, "long_budget": long_budget,
+                       "short_budget": short_budget}}))
         return read_result(f)
 
     fam = rec("a", "qwen2.5-coder-0.5b-instruct", list(qwen2_budget))
     own = rec("b", "qwen2.5-coder-0.5b-instruct", list(HTP_OWN))
-    smol = rec("c", "smollm2-135m-instruct", list(HTP_OWN))
+    smol = rec("c", "smollm2-135m-instruct", list(HTP_OWN), [256, 1])  # Llama's short budget
     keys = ["long_budget"]
     assert is_shipped(fam, keys) and not is_shipped(own, keys) and is_shipped(smol, keys)
     # alone in its table (nothing varies) the method's budget is still not Qwen's shipped one

@@ -62,11 +62,13 @@ def test_cli_layout_prints_appendix_c_style(capsys) -> None:  # noqa: ANN001
     assert out.count("<B-PST>") == 2 and out.count("<PST>") == 2
     assert out.index("rieve") < out.index("<B-PST>")  # instruction kept in front
     assert main(["layout", text, "--instruction", "Retrieve"]) == 0
-    out = capsys.readouterr().out  # shipped htp: 7 text tokens < T = 64, so one block
+    out = capsys.readouterr().out  # shipped htp: 7 text tokens < T = 64 (and <= 256), one block
     assert out.count("<B-PST>") == 1 and out.count("<PST>") == 1
     assert out.index("rieve") < out.index("<B-PST>")
-    assert main(["layout", text, "--instruction", "Retrieve", "--min-block-tokens", "0"]) == 0
-    out = capsys.readouterr().out  # without the density cap: one block per sentence again
+    assert main(["layout", text, "--instruction", "Retrieve", "--min-block-tokens", "0",
+                 "--short-budget", "0"]) == 0
+    out = capsys.readouterr().out  # without the density cap and the short-text budget:
+    # one block per sentence again
     assert out.count("<B-PST>") == 2 and out.count("<PST>") == 2
 
 
@@ -85,7 +87,8 @@ def test_blocks_command_keeps_qmsum_within_the_block_budget(capsys) -> None:  # 
                               for line in capsys.readouterr().out.splitlines()
                               if line.startswith("| qmsum-test"))}
     fixed = rows["fixed"]
-    policy = rows["max_blocks=32, min_block_tokens=64, long_budget=1024:8"]  # shipped
+    policy = rows["max_blocks=32, min_block_tokens=64, long_budget=1024:8, "
+                  "short_budget=256:1"]  # shipped
     assert fixed[2] == policy[2] == "197"  # every document, under both rules
     assert int(fixed[7]) > 32 and int(fixed[8]) > 0  # fixed K = 1: some documents exceed 32
     assert policy[3] == policy[7] == "8" and policy[8] == "0"  # the policy: 8 blocks each
