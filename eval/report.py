@@ -26,7 +26,7 @@ import math
 import os
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,6 +406,25 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
     return record.method + (f" ({', '.join(parts)})" if parts else "")
 
 
+def plot_label(record: ResultRecord, keys: Sequence[str]) -> str:
+    """A short legend label: ``method`` plus only those of its relevant ``keys`` that are
+    off the method's shipped default, e.g. ``htp (short_budget=none)``.
+
+    Where none is off, the label is ``method (shipped)`` if the record runs the shipped
+    settings (:func:`is_shipped`) and some setting varies in the plot, else ``method``.
+    Two records that :func:`variant_label` tells apart get different plot labels (they
+    differ in some listed key, so at least one of them is off its default there), so a
+    plot's colours and legend stay one per variant with a fraction of the text.
+    """
+    rel = [k for k in keys if key_is_relevant(record.method, k)]
+    defaults = _spec_defaults(record.method, record.config.get("model"))
+    off = [k for k in rel if k not in defaults or record.config.get(k) != defaults[k]]
+    if off:
+        parts = ", ".join(f"{k}={_fmt_value(record.config.get(k))}" for k in off)
+        return f"{record.method} ({parts})"
+    return record.method + (" (shipped)" if rel and is_shipped(record, keys) else "")
+
+
 def _row_sort_key(r: ResultRecord, keys: Sequence[str]) -> tuple:
     return (_method_rank(r.method),
             tuple(_sort_value(r.config.get(k) if key_is_relevant(r.method, k) else None)
@@ -721,7 +740,8 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     main = (rs0.main_score or "") if rs0 else ""
     panels = [main] + (["NDCG@10"] if main != "NDCG@10" and any(
         "NDCG@10" in r.scores for rs in sets for r in rs.records) else [])
-    series_of = {score: _length_series(sets, score=score) for score in panels}
+    series_of = {score: _length_series(sets, score=score, label=plot_label)
+                 for score in panels}
     series = series_of[main]
     lengths = sorted({x for pts in series.values() for x, _ in pts})
     if len(lengths) < 2 or rs0 is None:
@@ -730,15 +750,19 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     from matplotlib import colormaps
 
     labels = list(dict.fromkeys(lb for sc in panels for lb in series_of[sc]))
-    cmap = colormaps["tab10" if len(labels) <= 10 else "tab20"]
-    shipped = _shipped_labels(sets)
+    shipped = _shipped_labels(sets, label=plot_label)
+    # shipped settings (one per method, at most 10) take tab10's colours, ablations tab20b's,
+    # so no two solid lines share a colour however many variants there are
+    solid = [lb for lb in labels if lb in shipped]
+    dashed = [lb for lb in labels if lb not in shipped]
+    colour = {lb: colormaps["tab10"](i % 10) for i, lb in enumerate(solid)}
+    colour.update({lb: colormaps["tab20b"](i % 20) for i, lb in enumerate(dashed)})
     for ax, score in zip(axes, panels):
         for label, pts in series_of[score].items():
-            i = labels.index(label)
             xs, ys = zip(*sorted(pts))
             # shipped settings solid; off-default variants (ablations) thin and dashed
             on = label in shipped
-            ax.plot(xs, ys, marker="o" if on else ".", label=label, color=cmap(i % cmap.N),
+            ax.plot(xs, ys, marker="o" if on else ".", label=label, color=colour[label],
                     linestyle="-" if on else "--", linewidth=1.8 if on else 1.0,
                     alpha=1.0 if on else 0.7)
         _log2_axis(ax, lengths)
@@ -747,15 +771,18 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
         ax.set_title(f"{rs0.model} / {rs0.dataset}: {score} vs "
                      f"{_length_label(rs0.length_key)}", loc="left")
         ax.grid(True, alpha=0.3)
-        # outside the axes, so a dozen variants never hide the lines
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    # one legend for all panels (they share labels and colours), outside the axes so that
+    # two dozen variants neither hide the lines nor run into the next panel
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
 
 
-def _length_series(sets: Sequence[ResultSet], *, score: str | None = None
+def _length_series(sets: Sequence[ResultSet], *, score: str | None = None,
+                   label: Callable[[ResultRecord, Sequence[str]], str] = variant_label,
                    ) -> dict[str, list[tuple[int, float]]]:
     """``variant -> [(length, score)]`` over the sets of one (model, dataset, subset);
-    ``score`` defaults to the sets' main score."""
+    ``score`` defaults to the sets' main score, ``label`` names a variant (the table's
+    :func:`variant_label`, or the plots' shorter :func:`plot_label`)."""
     if not sets:
         return {}
     recs = [r for rs in sets for r in rs.records]
@@ -764,17 +791,18 @@ def _length_series(sets: Sequence[ResultSet], *, score: str | None = None
     series: dict[str, list[tuple[int, float]]] = {}
     for r in sorted(recs, key=lambda r: _row_sort_key(r, keys)):
         if r.length is not None and score in r.scores:
-            series.setdefault(variant_label(r, keys), []).append((r.length, r.scores[score]))
+            series.setdefault(label(r, keys), []).append((r.length, r.scores[score]))
     return series
 
 
-def _shipped_labels(sets: Sequence[ResultSet]) -> set[str]:
-    """Labels of :func:`_length_series` whose rows run a method with its shipped settings:
-    no relevant setting varies, or every one that does is the method's default
-    (:func:`variant_label` marks those ``default``)."""
+def _shipped_labels(sets: Sequence[ResultSet], *,
+                    label: Callable[[ResultRecord, Sequence[str]], str] = variant_label,
+                    ) -> set[str]:
+    """Labels (as :func:`_length_series` names them with ``label``) of the rows that run a
+    method with its shipped settings (:func:`is_shipped`)."""
     recs = [r for rs in sets for r in rs.records]
     keys = varying_keys(recs, exclude=["context_length", "max_length"])
-    return {variant_label(r, keys) for r in recs if is_shipped(r, keys)}
+    return {label(r, keys) for r in recs if is_shipped(r, keys)}
 
 
 def format_length_table(sets: Sequence[ResultSet]) -> str | None:
@@ -1119,7 +1147,7 @@ def write_report(report: Report, output: str | Path) -> Path:
 __all__ = [
     "ResultRecord", "ResultSet", "Subset", "Report", "Comparison", "read_result",
     "load_results", "group_results", "varying_keys", "key_is_relevant", "variant_label",
-    "format_set_table", "format_length_table", "comparisons", "build_report", "write_report",
-    "format_shipped_table", "is_shipped", "plot_score_vs_length", "plot_k_ablation",
+    "plot_label", "format_set_table", "format_length_table", "comparisons", "build_report",
+    "write_report", "format_shipped_table", "is_shipped", "plot_score_vs_length", "plot_k_ablation",
     "plot_blocks", "plot_cost_ratios",
 ]

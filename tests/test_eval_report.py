@@ -427,6 +427,39 @@ def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
                            "htp (max_blocks=none)"}
     assert shipped == {"vanilla-mean", "htp (max_blocks=32, default)"}
     assert [x for x, _ in series["htp (max_blocks=32, default)"]] == [256, 512]
+    # the plot names the same three variants with only their off-default settings
+    from htp_retrieval.eval.report import plot_label
+
+    short = _length_series(sets, label=plot_label)
+    assert set(short) == {"vanilla-mean", "htp (shipped)", "htp (max_blocks=none)"}
+    assert _shipped_labels(sets, label=plot_label) == {"vanilla-mean", "htp (shipped)"}
+    assert short["htp (shipped)"] == series["htp (max_blocks=32, default)"]
+
+
+def test_plot_label_lists_only_off_default_settings() -> None:
+    """Plot legends list a variant's settings that are off the shipped default only, and
+    stay one label per variant that the table's labels tell apart."""
+    from htp_retrieval.eval.report import ResultRecord, plot_label, variant_label
+
+    def rec(**cfg: object) -> ResultRecord:
+        base = {"model": MODEL, "method": "htp", "k": 1, "summary": "mean", "max_blocks": 32,
+                "min_block_tokens": 64, "long_budget": [1024, 8], "segmenter": "sentencizer",
+                "tokens_per_block": 32}
+        return ResultRecord(path=Path("x.json"), dataset="needle", split="test",
+                            config={**base, **cfg}, scores={})
+
+    keys = ["k", "long_budget", "max_blocks", "min_block_tokens"]
+    recs = [rec(), rec(k=4), rec(k=4, long_budget=None), rec(max_blocks=None),
+            rec(long_budget=None, max_blocks=None, min_block_tokens=None)]
+    labels = [plot_label(r, keys) for r in recs]
+    assert labels == ["htp (shipped)", "htp (k=4)", "htp (k=4, long_budget=none)",
+                      "htp (max_blocks=none)",
+                      "htp (long_budget=none, max_blocks=none, min_block_tokens=none)"]
+    assert len({variant_label(r, keys) for r in recs}) == len(set(labels))
+    assert plot_label(rec(), []) == "htp"  # nothing varies: nothing to mark
+    assert plot_label(rec(method="vanilla-mean"), keys) == "vanilla-mean"
+    # every listed setting at its default, but one the spec fixes off it: not "shipped"
+    assert plot_label(rec(summary="last"), keys) == "htp"
 
 
 def test_shipped_table_bolds_losses_in_main_score_and_ndcg() -> None:
