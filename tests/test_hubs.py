@@ -4,11 +4,15 @@ the command on a generated needle task with a tiny model, sharing ``ablate``'s c
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 from htp_retrieval.eval.hubs import hub_report, hub_table
+
+HAYSTACK = os.path.abspath(os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "haystack", "paul_graham_essays"))
 
 
 def _near_parallel(seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str], list[str], dict]:
@@ -59,6 +63,7 @@ def test_hub_report_rejects_bad_shapes() -> None:
         hub_report(q, d[:1], qids, dids[:1], qrels)
 
 
+@pytest.mark.skipif(not os.path.isdir(HAYSTACK), reason="essays missing")
 def test_hubs_command_reuses_the_ablate_corpus(tiny_llama, tmp_path, capsys,  # noqa: ANN001
                                                monkeypatch) -> None:  # noqa: ANN001
     """``analyze hubs`` after ``analyze ablate`` on the same data: the corpus checkpoint is
