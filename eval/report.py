@@ -839,10 +839,10 @@ def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
             if score not in r.scores:
                 continue
             if key_is_relevant(r.method, "k") and _is_number(r.config.get("k")):
-                lines.setdefault(variant_label(r, other), []).append(
+                lines.setdefault(plot_label(r, other), []).append(
                     (int(r.config["k"]), r.scores[score]))
             elif r.method == baseline or not any(key_is_relevant(r.method, k) for k in other):
-                flat.setdefault(variant_label(r, other), r.scores[score])
+                flat.setdefault(plot_label(r, other), r.scores[score])
         return {k: v for k, v in lines.items() if len({x for x, _ in v}) >= 2}, flat
 
     panels = [(score, *series(score)) for score in scores]
@@ -884,7 +884,7 @@ def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
                else f"tokens, N={_fmt_value(r.config.get('tokens_per_block'))}")
         extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
         # wrapped, so labels listing several variant keys stay inside the figure
-        label = textwrap.fill(variant_label(r, extra), width=26)
+        label = textwrap.fill(plot_label(r, extra), width=26)
         bars.append((f"{label}\n{tag}", r.scores[score]))
     if kinds != {"sentence", "tokens"}:
         return None
@@ -924,7 +924,7 @@ def _cost_rows(sets: Sequence[ResultSet], baseline: str
             m = _ratio(r.cost.get("peak_memory_bytes"), base.cost.get("peak_memory_bytes"))
             if t == "n/a" and m == "n/a":
                 continue
-            label = variant_label(r, keys)
+            label = plot_label(r, keys)
             if label not in labels:
                 labels.append(label)
             if rs.length not in lengths:
@@ -966,8 +966,9 @@ def plot_cost_ratios(sets: Sequence[ResultSet], path: Path, *, baseline: str) ->
     axes[0].set_yticks(list(rows))
     axes[0].set_yticklabels(labels, fontsize=8)
     axes[0].invert_yaxis()
-    if len(lengths) > 1:
-        axes[-1].legend(fontsize=7, loc="lower right")
+    if len(lengths) > 1:  # outside the axes, so it never covers a bar
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                        borderaxespad=0)
     fig.suptitle(f"{sets[0].model} / {sets[0].dataset}: cost ratios")
     return _save(fig, path)
 
