@@ -180,8 +180,9 @@ def _show_unbound_budget_as_default(
     one of its documents and queries as the run did, the same holds for that data. Such a
     record gets the default value (so it is labelled and plotted as the default) and keeps
     the one it was run with under ``max_blocks_recorded`` / ``long_budget_recorded`` /
-    ``short_budget_recorded``. T is never swapped, and any other record is left as it is. The default budgets are the model family's where its preset
-    sets one (:func:`default_long_budget_of`, :func:`htp_retrieval.models.default_short_budget`).
+    ``short_budget_recorded``. T is never swapped, and any other record is left as it is.
+    The default budgets are the model family's where its preset sets one
+    (:func:`default_long_budget_of`, :func:`htp_retrieval.models.default_short_budget`).
     """
     spec = METHODS.get(str(config.get("method")))
     length = config.get("max_length")
