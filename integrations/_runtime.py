@@ -11,15 +11,131 @@ the event loop never runs the model.
 from __future__ import annotations
 
 import asyncio
+import difflib
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from htp_retrieval.integrations.sources import content_error
+
 T = TypeVar("T")
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+"""Weight dtypes the integrations accept (``auto``: chosen from the device)."""
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16",
+                  "fp32": "float32", "float": "float32"}
+
+
+def canonical_dtype(dtype: Any) -> str:
+    """A dtype name in :data:`DTYPES` from a name, an alias or a ``torch.dtype``.
+
+    ``bf16``, ``fp16``/``half`` and ``fp32``/``float`` are accepted as aliases, and
+    ``torch.bfloat16`` etc. as objects (``torch_dtype`` values carried over from
+    ``transformers``).
+
+    Raises:
+        ValueError: for anything else, naming the value and the accepted names.
+    """
+    name = str(dtype).removeprefix("torch.").strip().lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: use one of {', '.join(DTYPES)}")
+    return name
+
+
+def check_device(device: str) -> str:
+    """Check a device name: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+
+    Returns:
+        ``device`` unchanged.
+
+    Raises:
+        ValueError: if the name is not a torch device, or names a CUDA/MPS device that
+            torch cannot see (the message says to use ``auto`` or ``cpu``).
+    """
+    if device == "auto":
+        return device
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {device!r} is not a torch device: use auto, cpu, cuda, "
+                         f"cuda:N or mps ({e})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU: use "
+                         "device 'auto' or 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} requested but torch sees "
+                         f"{torch.cuda.device_count()} CUDA GPU(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} requested but MPS is not available: use 'auto'")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r} is not supported: use auto, cpu, cuda or mps")
+    return device
+
+
+def check_model(model: str) -> str:
+    """Check that a model reference can be loaded, without loading its weights.
+
+    A packaged name needs its package installed; a ``.gguf`` path must exist; a local
+    folder must hold a ``config.json``; anything else is taken as a hub id whose
+    ``config.json`` must be reachable (from the local cache when ``HF_HUB_OFFLINE=1``).
+
+    Returns:
+        ``model`` unchanged.
+
+    Raises:
+        ImportError: if a packaged model's package is missing (the message has the pip
+            command).
+        FileNotFoundError: for a missing ``.gguf`` file or a folder without ``config.json``.
+        ValueError: if the name is neither packaged, a path, nor a reachable hub id (the
+            message lists the packaged names and the closest match).
+    """
+    from htp_retrieval.models import PACKAGED, packaged_gguf
+
+    if model in PACKAGED:
+        packaged_gguf(model)
+        return model
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return model
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {path} has no config.json: not a Hugging "
+                                    "Face model folder")
+        return model
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise FileNotFoundError(f"model folder not found: {path}")
+    try:
+        from transformers import AutoConfig
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            AutoConfig.from_pretrained(model)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    except Exception as e:  # noqa: BLE001 - any failure: not loadable from here
+        close = difflib.get_close_matches(model, list(PACKAGED), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+        where = "a hub id in the local cache (HF_HUB_OFFLINE is set)" if offline else (
+            "a reachable hub id")
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise ValueError(f"model {model!r} not found: not a packaged model "
+                         f"({', '.join(PACKAGED)}), a local folder, a .gguf file or {where}"
+                         f"{hint} [{reason}]") from None
+    return model
 
 
 @dataclass(frozen=True)
@@ -31,7 +147,8 @@ class EncoderConfig:
         method: HTP method name or alias (``htp``, ``vanilla-mean``, ...).
         max_length: Maximum text tokens per text.
         device: ``auto``, ``cpu`` or ``cuda``.
-        dtype: ``bfloat16``, ``float16`` or ``float32``.
+        dtype: ``bfloat16``, ``float16`` or ``float32`` (``auto`` is resolved by
+            :meth:`create`).
         extra: Further :class:`~htp_retrieval.HTPEncoder` keyword arguments, as sorted
             ``(name, value)`` pairs.
     """
@@ -50,11 +167,40 @@ class EncoderConfig:
         method: str = "htp",
         max_length: int = 512,
         device: str = "auto",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         extra: dict[str, Any] | None = None,
     ) -> EncoderConfig:
-        """Build a config from plain arguments (``extra`` is a dict of encoder kwargs)."""
-        return cls(model, method, max_length, device, dtype, tuple(sorted((extra or {}).items())))
+        """Build a config from plain arguments (``extra`` is a dict of encoder kwargs;
+        ``dtype="auto"`` is resolved for ``device`` by :func:`htp_retrieval.dtypes.resolve_dtype`,
+        so equal encoders share one cache entry)."""
+        from htp_retrieval.dtypes import resolve_dtype
+
+        concrete = resolve_dtype(canonical_dtype(dtype), device)
+        return cls(model, method, max_length, device, concrete,
+                   tuple(sorted((extra or {}).items())))
+
+
+def check_texts(texts: Any) -> None:
+    """Check a batch of texts before it reaches the encoder.
+
+    Raises:
+        TypeError: if ``texts`` is a single string (it would be embedded character by
+            character) or not a sequence.
+        ValueError: if an entry is not a string or carries no content (see
+            :func:`~htp_retrieval.integrations.sources.content_error`); names its index.
+    """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"expected a list of texts, got a single {type(texts).__name__} "
+                        f"({texts[:40]!r}): wrap it in a list, e.g. [text]")
+    if not isinstance(texts, Sequence):
+        raise TypeError(f"expected a list of texts, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
+        reason = content_error(t)
+        if reason is not None:
+            reason = "empty or whitespace-only" if reason == "empty" else reason
+            raise ValueError(f"text at index {i} is {reason}")
 
 
 class SharedEncoder:
@@ -103,6 +249,7 @@ class SharedEncoder:
         normalize: bool,
         batch_size: int | None = None,
         show_progress_bar: bool = False,
+        progress: Callable[[int], object] | None = None,
     ) -> np.ndarray:
         """Embed texts (thread-safe).
 
@@ -112,13 +259,17 @@ class SharedEncoder:
             normalize: L2-normalize the vectors.
             batch_size: Maximum texts per forward pass (default: the encoder's).
             show_progress_bar: tqdm bar over texts.
+            progress: Called after each forward pass with the number of texts it embedded.
 
         Returns:
             ``[len(texts), hidden]`` float32 array.
 
         Raises:
-            ValueError: if a text is empty, whitespace-only or not a string (names its index).
+            TypeError: if ``texts`` is a single string instead of a sequence of strings.
+            ValueError: if a text is not a string or carries no content (empty,
+                whitespace, only control characters, binary); the message names its index.
         """
+        check_texts(texts)
         with self.lock:
             return self.encoder.encode(
                 list(texts),
@@ -126,6 +277,7 @@ class SharedEncoder:
                 normalize=normalize,
                 batch_size=batch_size,
                 show_progress_bar=show_progress_bar,
+                progress=progress,
             )
 
     async def run_async(self, fn: Callable[[], T]) -> T:

@@ -23,9 +23,9 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +33,28 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from htp_retrieval.integrations._runtime import EncoderConfig, shared_encoder
-from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
+from htp_retrieval.dtypes import resolve_dtype
+from htp_retrieval.integrations._runtime import (
+    EncoderConfig,
+    canonical_dtype,
+    check_device,
+    check_model,
+    check_texts,
+    shared_encoder,
+)
+from htp_retrieval.integrations.sources import (
+    TEXT_SUFFIXES,
+    Skipped,
+    SourceDoc,
+    check_source,
+    corpus_file,
+    count_source,
+    file_doc,
+    list_folder,
+    read_beir_lines,
+    read_source,
+)
+from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION, get_method
 from htp_retrieval.models import DEFAULT_MODEL
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -50,7 +70,6 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     ) from _e
 
 EF_NAME = "htp-retrieval"
-TEXT_SUFFIXES = (".txt", ".md")
 _IDENTITY_KEYS = ("model_name", "method", "query_instruction", "document_instruction",
                   "normalize", "max_length", "dtype", "encoder_kwargs")
 
@@ -71,7 +90,11 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         document_instruction: Instruction before documents (default none).
         normalize: L2-normalize the vectors (default ``True``).
         max_length: Maximum text tokens per text.
-        dtype: ``bfloat16``, ``float16`` or ``float32``.
+        dtype: ``auto`` (default), ``bfloat16``, ``float16`` or ``float32``. ``auto`` is
+            resolved here for ``device`` (:func:`htp_retrieval.dtypes.resolve_dtype`: bf16
+            on a GPU or a CPU with native bf16, float32 on other CPUs) and the concrete
+            dtype is what the collection stores, so every vector of a collection is made in
+            one dtype wherever it is reopened.
         encoder_kwargs: Further :class:`~htp_retrieval.HTPEncoder` keyword arguments (must
             be JSON-serializable: they are stored in the collection config).
         device: ``auto``, ``cpu`` or ``cuda`` (not stored: a reopened collection uses
@@ -79,7 +102,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         batch_size: Maximum texts per forward pass (not stored).
 
     Raises:
-        ValueError: if ``max_length`` or ``batch_size`` is not positive.
+        ValueError: if ``max_length`` or ``batch_size`` is not positive, or the method,
+            dtype or device is unknown (checked here, before any model is loaded).
     """
 
     def __init__(
@@ -91,40 +115,57 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         document_instruction: str | None = None,
         normalize: bool = True,
         max_length: int = 512,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         encoder_kwargs: dict[str, Any] | None = None,
         device: str = "auto",
         batch_size: int = 16,
     ) -> None:
         if max_length < 1 or batch_size < 1:
-            raise ValueError("max_length and batch_size must be >= 1")
+            raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and "
+                             f"{batch_size}")
+        get_method(method)  # unknown method: ValueError listing the valid names
         self.model_name = model_name
         self.method = method
         self.query_instruction = query_instruction
         self.document_instruction = document_instruction
         self.normalize = normalize
         self.max_length = max_length
-        self.dtype = dtype
+        self.device = check_device(device)
+        self.dtype = resolve_dtype(canonical_dtype(dtype), self.device)
         self.encoder_kwargs = dict(encoder_kwargs or {})
-        self.device = device
         self.batch_size = batch_size
 
-    def _encode(self, texts: Sequence[str], instruction: str | None, progress: bool = False
-                ) -> np.ndarray:
-        cfg = EncoderConfig.create(self.model_name, self.method, self.max_length, self.device,
-                                   self.dtype, self.encoder_kwargs)
+    def _config(self) -> EncoderConfig:
+        return EncoderConfig.create(self.model_name, self.method, self.max_length, self.device,
+                                    self.dtype, self.encoder_kwargs)
+
+    def load(self) -> None:
+        """Load the model now (first use loads it otherwise); raises what loading raises.
+
+        Raises:
+            ImportError: if a packaged model's package is missing.
+            ValueError: for a model that cannot be found or invalid encoder settings.
+        """
+        check_model(self.model_name)
+        shared_encoder(self._config())
+
+    def _encode(self, texts: Sequence[str], instruction: str | None,
+                progress: bool | Callable[[int], object] = False) -> np.ndarray:
+        check_texts(texts)
         if len(texts) == 0:
             return np.zeros((0, 0), dtype=np.float32)
-        return shared_encoder(cfg).encode(
+        return shared_encoder(self._config()).encode(
             list(texts), instruction=instruction, normalize=self.normalize,
-            batch_size=self.batch_size, show_progress_bar=progress,
+            batch_size=self.batch_size, show_progress_bar=progress is True,
+            progress=progress if callable(progress) else None,
         )
 
     def __call__(self, input: Documents) -> ChromaEmbeddings:
         """Embed documents: ``[n]`` texts -> ``n`` float32 vectors of ``hidden`` values.
 
         Raises:
-            ValueError: if a text is empty or whitespace-only (its index is named).
+            TypeError: if ``input`` is a single string.
+            ValueError: if a text carries no content (its index is named).
         """
         return list(self._encode(input, self.document_instruction))
 
@@ -132,10 +173,18 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         """Embed queries (``query_instruction``): ``[n]`` texts -> ``n`` vectors."""
         return list(self._encode(input, self.query_instruction))
 
-    def embed_documents_array(self, texts: Sequence[str], *, show_progress_bar: bool = False
-                              ) -> np.ndarray:
-        """Embed documents as one ``[n, hidden]`` float32 array (used by :func:`ingest`)."""
-        return self._encode(texts, self.document_instruction, show_progress_bar)
+    def embed_documents_array(
+        self, texts: Sequence[str], *, show_progress_bar: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> np.ndarray:
+        """Embed documents as one ``[n, hidden]`` float32 array (used by :func:`ingest`).
+
+        Args:
+            texts: Documents, ``[n]``.
+            show_progress_bar: The encoder's own tqdm bar.
+            progress: Called after each forward pass with the number of documents embedded.
+        """
+        return self._encode(texts, self.document_instruction, progress or show_progress_bar)
 
     @staticmethod
     def name() -> str:
@@ -195,38 +244,111 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         changed = [k for k in _IDENTITY_KEYS
                    if k in new_config and new_config[k] != old_config.get(k)]
         if changed:
-            raise ValueError(f"cannot change {changed} of an existing collection: re-ingest "
-                             "into a new collection instead")
+            pairs = "; ".join(f"{k} stored {old_config.get(k)!r}, requested {new_config[k]!r}"
+                              for k in changed)
+            raise SettingsConflictError(
+                f"cannot change settings of an existing collection ({pairs}): leave them out "
+                "to reuse the stored settings, or ingest into a new collection (or drop this "
+                "one)")
 
     def __repr__(self) -> str:
         return f"HTPEmbeddingFunction({self.get_config()!r})"
 
 
+# --------------------------------------------------------------------------- errors
+class SettingsConflictError(ValueError):
+    """Requested settings differ from those stored with an existing collection."""
+
+
+class CollectionNotFoundError(LookupError):
+    """The named collection does not exist (the message lists the existing ones)."""
+
+
+class DatabaseNotFoundError(FileNotFoundError):
+    """An embedded Chroma directory that should exist does not (no ``chroma.sqlite3``)."""
+
+
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]$")
+
+
+def check_collection_name(name: str) -> str:
+    """Check a collection name against Chroma's rule, before anything is created.
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        ValueError: unless it has 3-512 characters of ``[a-zA-Z0-9._-]`` and starts and ends
+            with a letter or digit.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"invalid collection name {name!r}: use 3-512 characters of "
+                         "[a-zA-Z0-9._-], starting and ending with a letter or digit")
+    return name
+
+
 # --------------------------------------------------------------------------- clients
-def make_client(db: str | os.PathLike[str] | Any | None = None) -> Any:
+def _is_url(db: Any) -> bool:
+    return isinstance(db, str) and db.startswith(("http://", "https://"))
+
+
+def make_client(db: str | os.PathLike[str] | Any | None = None, *, create: bool = True) -> Any:
     """A Chroma client with telemetry off.
 
     Args:
         db: A client object (returned as is), an ``http://host:port`` URL (``HttpClient``
             to a ``chroma run`` server), or a directory for the embedded
             ``PersistentClient`` (default ``./chroma``).
+        create: Create the directory of an embedded database if it does not exist
+            (``False`` for commands that only read, so a mistyped path creates nothing).
 
     Returns:
         The ``chromadb`` client.
+
+    Raises:
+        DatabaseNotFoundError: with ``create=False``, if the directory holds no database.
+        ConnectionError: if the server at the URL does not answer.
     """
     if db is not None and not isinstance(db, (str, os.PathLike)):
         return db
     settings = Settings(anonymized_telemetry=False)
     target = str(db) if db is not None else "chroma"
-    if target.startswith(("http://", "https://")):
+    if _is_url(target):
         url = urlparse(target)
-        return chromadb.HttpClient(
-            host=url.hostname or "127.0.0.1",
-            port=url.port or (443 if url.scheme == "https" else 8000),
-            ssl=url.scheme == "https",
-            settings=settings,
-        )
+        try:
+            return chromadb.HttpClient(
+                host=url.hostname or "127.0.0.1",
+                port=url.port or (443 if url.scheme == "https" else 8000),
+                ssl=url.scheme == "https",
+                settings=settings,
+            )
+        except ValueError as e:  # chromadb: "Could not connect to a Chroma server..."
+            raise ConnectionError(f"cannot reach the Chroma server at {target}: start it "
+                                  "('chroma run --path DIR --port PORT') or fix --db") from e
+    if not create and not (Path(target) / "chroma.sqlite3").is_file():
+        raise DatabaseNotFoundError(f"no Chroma database at {target} (give the --db that "
+                                    "ingest wrote to)")
     return chromadb.PersistentClient(path=target, settings=settings)
+
+
+def _names(client: Any) -> list[str]:
+    return sorted(c.name if hasattr(c, "name") else str(c) for c in client.list_collections())
+
+
+def get_collection(client: Any, collection: str) -> Any:
+    """An existing collection, with its stored :class:`HTPEmbeddingFunction`.
+
+    Raises:
+        CollectionNotFoundError: if it does not exist (the message lists those that do).
+        ValueError: if it was not made with an :class:`HTPEmbeddingFunction`.
+    """
+    names = _names(client)
+    if collection not in names:
+        have = ", ".join(names) if names else "none"
+        raise CollectionNotFoundError(f"collection {collection!r} not found (collections "
+                                      f"here: {have})")
+    col = client.get_collection(collection)
+    return client.get_collection(collection, embedding_function=collection_embedding_function(col))
 
 
 def open_collection(
@@ -245,18 +367,43 @@ def open_collection(
         The collection, whose embedding function is an :class:`HTPEmbeddingFunction`.
 
     Raises:
-        ValueError: if the existing collection has another embedding function or a
-            different HTP config.
+        ValueError: for an invalid name, or if the existing collection has another
+            embedding function (:class:`SettingsConflictError`: a different HTP config).
     """
-    existing = {c.name if hasattr(c, "name") else str(c) for c in client.list_collections()}
-    if collection in existing:
+    check_collection_name(collection)
+    if collection in _names(client):
         col = client.get_collection(collection)
         stored = collection_embedding_function(col)
         if embedding_function is not None and stored.get_config() != embedding_function.get_config():
             stored.validate_config_update(stored.get_config(), embedding_function.get_config())
+        if embedding_function is not None:  # keep the caller's device and batch size
+            stored.device, stored.batch_size = embedding_function.device, embedding_function.batch_size
         return client.get_collection(collection, embedding_function=stored)
     ef = embedding_function or HTPEmbeddingFunction()
     return client.get_or_create_collection(collection, embedding_function=ef)
+
+
+def prepare_collection(
+    client: Any, collection: str, *, embedding_function: HTPEmbeddingFunction | None = None
+) -> tuple[Any, HTPEmbeddingFunction, bool]:
+    """Open a collection for writing; a new one is created only once its model has loaded.
+
+    For a new collection the model is checked and loaded first, so a mistyped model, a
+    missing package or an unusable device leaves no collection behind.
+
+    Returns:
+        ``(collection, embedding_function, created)``.
+
+    Raises:
+        ValueError, ImportError, FileNotFoundError: as :func:`open_collection` and
+            :meth:`HTPEmbeddingFunction.load`, before anything is created.
+    """
+    check_collection_name(collection)
+    created = collection not in _names(client)
+    if created:
+        (embedding_function or HTPEmbeddingFunction()).load()
+    col = open_collection(client, collection, embedding_function=embedding_function)
+    return col, collection_embedding_function(col), created
 
 
 def collection_embedding_function(col: Any) -> HTPEmbeddingFunction:
@@ -273,149 +420,99 @@ def collection_embedding_function(col: Any) -> HTPEmbeddingFunction:
     return ef
 
 
-# --------------------------------------------------------------------------- sources
-@dataclass
-class SourceDoc:
-    """One document read from a source.
+def resolve_settings(
+    client: Any,
+    collection: str,
+    requested: Mapping[str, Any],
+    *,
+    device: str = "auto",
+    batch_size: int = 16,
+) -> HTPEmbeddingFunction:
+    """The embedding function for an ingest: the stored settings, or defaults for a new one.
 
-    Attributes:
-        id: Stable id (relative path for folders, ``_id`` for BEIR, ``line N`` when a
-            BEIR line has no usable id).
-        text: The text, or ``None`` when rejected.
-        metadata: Chroma metadata (``source``, ``title``).
-        error: Why the document was rejected, or ``None``.
-    """
+    Settings not in ``requested`` come from the collection when it exists (so a rerun need
+    not repeat its flags) and from :class:`HTPEmbeddingFunction`'s defaults when it does
+    not. A requested setting that differs from the stored one is refused.
 
-    id: str
-    text: str | None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8-sig")
-
-
-def _undecodable(e: UnicodeDecodeError) -> str:
-    return f"undecodable: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})"
-
-
-def _folder_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file()
-                  and p.suffix.lower() in TEXT_SUFFIXES
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
-
-
-def _corpus_file(source: Path) -> Path | None:
-    if source.is_file() and source.name.endswith(".jsonl"):
-        return source
-    if source.is_dir() and (source / "corpus.jsonl").is_file():
-        return source / "corpus.jsonl"
-    return None
-
-
-def count_source(source: str | os.PathLike[str]) -> int:
-    """Number of entries :func:`read_source` will yield (for progress totals)."""
-    src = Path(source)
-    corpus = _corpus_file(src)
-    if corpus is not None:
-        with open(corpus, "rb") as f:
-            return sum(1 for line in f if line.strip())
-    return len(_folder_files(src))
-
-
-def read_source(source: str | os.PathLike[str]) -> Iterator[SourceDoc]:
-    """Read documents from a folder of ``.txt``/``.md`` files or a BEIR ``corpus.jsonl``.
-
-    A folder is read recursively in sorted order (hidden paths skipped); a document's id
-    is its path relative to the folder. A BEIR corpus (the ``.jsonl`` file, or a folder
-    holding ``corpus.jsonl``) gives ``_id`` ids and ``title + " " + text`` texts. Rejected
-    entries (empty, undecodable, malformed JSON, missing or duplicate id) are yielded with
-    ``error`` set, never skipped.
+    Args:
+        client: A Chroma client.
+        collection: Collection name.
+        requested: Explicitly requested :meth:`HTPEmbeddingFunction.get_config` keys.
+        device: Device for the encoder (never stored).
+        batch_size: Texts per forward pass (never stored).
 
     Raises:
-        FileNotFoundError: if ``source`` does not exist or holds no usable file type.
+        SettingsConflictError: names each conflicting setting with its stored and requested
+            value.
+        ValueError: for an unknown setting, method, dtype or device, or an invalid name.
     """
-    src = Path(source)
-    if not src.exists():
-        raise FileNotFoundError(f"source not found: {src}")
-    corpus = _corpus_file(src)
-    if corpus is not None:
-        yield from _read_beir(corpus)
-        return
-    if not src.is_dir():
-        raise FileNotFoundError(f"source must be a folder of .txt/.md files or a BEIR "
-                                f"corpus.jsonl: {src}")
-    for path in _folder_files(src):
-        rel = path.relative_to(src).as_posix()
+    check_collection_name(collection)
+    unknown = set(requested) - set(_IDENTITY_KEYS)
+    if unknown:
+        raise ValueError(f"unknown {EF_NAME} settings: {sorted(unknown)}")
+    asked = HTPEmbeddingFunction(**requested, device=device, batch_size=batch_size)
+    if collection not in _names(client):
+        return asked
+    stored = collection_embedding_function(client.get_collection(collection))
+    old, new = stored.get_config(), asked.get_config()
+    stored.validate_config_update(old, {k: new[k] for k in requested})
+    stored.device, stored.batch_size = check_device(device), batch_size
+    return stored
+
+
+@dataclass
+class CollectionInfo:
+    """One collection of a database, as ``htp-retrieval collections`` lists it.
+
+    Attributes:
+        name: Collection name.
+        count: Vectors stored.
+        settings: Its :meth:`HTPEmbeddingFunction.get_config`, or ``None`` if it was not
+            made by htp-retrieval.
+    """
+
+    name: str
+    count: int
+    settings: dict[str, Any] | None
+
+
+def list_collections(db: str | os.PathLike[str] | Any | None = None) -> list[CollectionInfo]:
+    """Every collection of a database with its count and stored settings.
+
+    Raises:
+        DatabaseNotFoundError: if an embedded database directory does not exist.
+        ConnectionError: if the server does not answer.
+    """
+    client = make_client(db, create=False)
+    out = []
+    for name in _names(client):
+        col = client.get_collection(name)
         try:
-            data = path.read_bytes()
-        except OSError as e:
-            yield SourceDoc(rel, None, {"source": rel, "title": path.stem},
-                            f"unreadable: {e.strerror or e}")
-            continue
-        yield file_doc(rel, data)
+            settings: dict[str, Any] | None = collection_embedding_function(col).get_config()
+        except ValueError:
+            settings = None
+        out.append(CollectionInfo(name, col.count(), settings))
+    return out
 
 
-def file_doc(rel: str, data: bytes) -> SourceDoc:
-    """One document from a file's bytes (id ``rel``; rejected if undecodable or empty).
+def drop_collection(db: str | os.PathLike[str] | Any | None, collection: str) -> int:
+    """Delete a collection and everything in it.
 
-    Args:
-        rel: The file's path relative to the source folder (``/``-separated): its id.
-        data: The file's contents.
+    Returns:
+        The number of vectors it held.
+
+    Raises:
+        CollectionNotFoundError: if it does not exist.
+        DatabaseNotFoundError: if an embedded database directory does not exist.
     """
-    meta = {"source": rel, "title": Path(rel).stem}
-    try:
-        text = _decode(data)
-    except UnicodeDecodeError as e:
-        return SourceDoc(rel, None, meta, _undecodable(e))
-    if not text.strip():
-        return SourceDoc(rel, None, meta, "empty")
-    return SourceDoc(rel, text, meta)
-
-
-def _read_beir(corpus: Path) -> Iterator[SourceDoc]:
-    with open(corpus, "rb") as f:
-        yield from read_beir_lines(f)
-
-
-def read_beir_lines(lines: Iterable[bytes]) -> Iterator[SourceDoc]:
-    """Documents from the lines of a BEIR ``corpus.jsonl`` (see :func:`read_source`).
-
-    Args:
-        lines: The file's raw lines, in order (line numbers count from 1, blank lines
-            included); a bad line is yielded with ``error`` set and id ``line N``.
-    """
-    seen: set[str] = set()
-    line_no = 0
-    for raw in lines:
-        line_no += 1
-        if not raw.strip():
-            continue
-        where = f"line {line_no}"
-        try:
-            row = json.loads(_decode(raw))
-        except UnicodeDecodeError as e:
-            yield SourceDoc(where, None, {"source": where}, _undecodable(e))
-            continue
-        except json.JSONDecodeError as e:
-            yield SourceDoc(where, None, {"source": where}, f"invalid JSON ({e.msg})")
-            continue
-        if not isinstance(row, dict) or row.get("_id") in (None, ""):
-            yield SourceDoc(where, None, {"source": where}, "no _id")
-            continue
-        doc_id = str(row["_id"])
-        title = row.get("title") or ""
-        meta = {"source": where, "title": str(title)}
-        if doc_id in seen:
-            yield SourceDoc(doc_id, None, meta, f"duplicate id ({where})")
-            continue
-        seen.add(doc_id)
-        text = f"{title} {row.get('text') or ''}".strip()
-        if not text:
-            yield SourceDoc(doc_id, None, meta, "empty")
-            continue
-        yield SourceDoc(doc_id, text, meta)
+    client = make_client(db, create=False)
+    names = _names(client)
+    if collection not in names:
+        raise CollectionNotFoundError(f"collection {collection!r} not found (collections "
+                                      f"here: {', '.join(names) or 'none'})")
+    n = client.get_collection(collection).count()
+    client.delete_collection(collection)
+    return int(n)
 
 
 # --------------------------------------------------------------------------- ingest
@@ -443,6 +540,9 @@ class IngestReport:
         updated: Documents whose text changed since they were stored (re-embedded).
         unchanged: Documents already stored with the same text (skipped).
         rejected: Documents not stored, with the reason.
+        skipped: Files of a folder source that were not read (extension, hidden).
+        stale: Stored documents whose source entry is gone, left in place.
+        pruned: Stored documents whose source entry is gone, removed (``prune=True``).
         count: Documents in the collection afterwards.
     """
 
@@ -452,13 +552,19 @@ class IngestReport:
     updated: int = 0
     unchanged: int = 0
     rejected: list[Rejected] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
     count: int = 0
 
     def summary(self) -> str:
-        """One line, e.g. ``essays: 49 read, 47 added, 0 updated, 0 unchanged, 2 rejected``."""
+        """One line, e.g. ``essays: 49 read, 47 added, 0 updated, 0 unchanged, 2 rejected,
+        1 skipped, 0 stale; 47 in collection``."""
+        tail = f", {len(self.pruned)} pruned" if self.pruned else (
+            f", {len(self.stale)} stale (--prune removes them)" if self.stale else ", 0 stale")
         return (f"{self.collection}: {self.seen} read, {self.added} added, {self.updated} "
-                f"updated, {self.unchanged} unchanged, {len(self.rejected)} rejected; "
-                f"{self.count} in collection")
+                f"updated, {self.unchanged} unchanged, {len(self.rejected)} rejected, "
+                f"{len(self.skipped)} skipped{tail}; {self.count} in collection")
 
 
 def _sha(text: str) -> str:
@@ -470,7 +576,8 @@ WriteStatus = Literal["added", "updated", "unchanged"]
 
 
 def write_batch(
-    col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc]
+    col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc],
+    progress: Callable[[int], object] | None = None,
 ) -> list[WriteStatus]:
     """Write accepted documents to a collection, idempotently (upsert by id).
 
@@ -482,6 +589,8 @@ def write_batch(
         col: The collection.
         ef: The collection's embedding function.
         docs: Documents with ``text`` set (no rejected ones), unique ids.
+        progress: Called with a count as documents are done: at once for unchanged ones,
+            after each forward pass for embedded ones.
 
     Returns:
         One :data:`WriteStatus` per document, in order.
@@ -503,8 +612,12 @@ def write_batch(
         else:
             todo.append((d, sha))
             statuses.append("updated" if d.id in stored else "added")
+    if progress is not None and len(todo) < len(docs):
+        progress(len(docs) - len(todo))
     if todo:
-        vecs = ef.embed_documents_array([d.text or "" for d, _ in todo])
+        texts = [d.text or "" for d, _ in todo]
+        vecs = (ef.embed_documents_array(texts) if progress is None
+                else ef.embed_documents_array(texts, progress=progress))
         col.upsert(
             ids=[d.id for d, _ in todo],
             documents=[d.text or "" for d, _ in todo],
@@ -512,6 +625,15 @@ def write_batch(
             embeddings=vecs,
         )
     return statuses
+
+
+def _stored_ids(col: Any, page: int = 5000) -> list[str]:
+    ids: list[str] = []
+    while True:
+        got = col.get(include=[], limit=page, offset=len(ids))["ids"]
+        ids.extend(got)
+        if len(got) < page:
+            return ids
 
 
 def ingest(
@@ -523,61 +645,79 @@ def ingest(
     batch_size: int = 16,
     show_progress: bool = True,
     on_batch: Callable[[IngestReport], None] | None = None,
+    include: Sequence[str] = (),
+    prune: bool = False,
 ) -> IngestReport:
-    """Embed a folder of ``.txt``/``.md`` files or a BEIR corpus into a Chroma collection.
+    """Embed a folder of text files or a BEIR corpus into a Chroma collection.
 
-    Each batch is looked up by id first; documents already stored with the same text
-    (SHA-256 in the ``content_sha256`` metadata) are skipped, the rest are embedded and
-    upserted as one write. A re-run therefore adds nothing, and a run killed at any point
-    is completed by the next one with no duplicates and nothing missing.
+    Everything is checked before anything is created: the collection name, the source,
+    and, for a new collection, the model (loaded before the collection exists), so a
+    failed first ingest leaves no collection behind. Each batch is looked up by id first;
+    documents already stored with the same text (SHA-256 in the ``content_sha256``
+    metadata) are skipped, the rest are embedded and upserted as one write. A re-run
+    therefore adds nothing, and a run killed at any point is completed by the next one with
+    no duplicates and nothing missing. Stored documents whose source is gone are reported
+    as stale, and removed with ``prune=True``.
 
     Args:
-        source: Folder (recursive, ``.txt``/``.md``) or BEIR ``corpus.jsonl`` (or a folder
-            holding one).
+        source: Folder (recursive, ``.txt``/``.md`` plus ``include`` matches) or BEIR
+            ``corpus.jsonl`` (or a folder holding one).
         db: Directory for the embedded ``PersistentClient`` (default ``./chroma``), an
             ``http://host:port`` server URL, or a Chroma client.
         collection: Collection name (created with an :class:`HTPEmbeddingFunction`).
         embedding_function: Model settings for a new collection (default
-            :class:`HTPEmbeddingFunction` defaults); must match an existing collection's.
-        batch_size: Documents per write (and per embedding call).
-        show_progress: tqdm bar over documents.
+            :class:`HTPEmbeddingFunction` defaults); must match an existing collection's
+            (``None``: use the stored settings).
+        batch_size: Documents per write.
+        show_progress: tqdm bar over documents (moves after each forward pass).
         on_batch: Called with the running report after each batch is written.
+        include: Extra glob patterns of files to read from a folder (e.g. ``"*.rst"``);
+            skipped files are listed in the report either way.
+        prune: Delete stored documents whose source entry is gone (a rejected entry is not
+            gone: its stored version stays, and the report lists it as rejected).
 
     Returns:
-        The :class:`IngestReport` (rejected documents listed with their ids).
+        The :class:`IngestReport` (rejected documents with their ids and reasons, skipped
+        files, stale or pruned ids).
 
     Raises:
         FileNotFoundError: if the source does not exist.
-        ValueError: if the collection exists with another embedding function or config,
-            or ``batch_size`` < 1.
+        ValueError: for an invalid collection name, ``batch_size`` < 1, or an existing
+            collection with another embedding function or config
+            (:class:`SettingsConflictError`).
+        ImportError: if a new collection's packaged model is not installed.
+        ConnectionError: if the Chroma server does not answer.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     from tqdm.auto import tqdm
 
+    check_collection_name(collection)
+    src = check_source(source)
+    listing = None if corpus_file(src) is not None else list_folder(src, include)
     client = make_client(db)
-    col = open_collection(client, collection, embedding_function=embedding_function)
-    ef = collection_embedding_function(col)
-    report = IngestReport(collection)
-    total = count_source(source)
+    col, ef, _ = prepare_collection(client, collection, embedding_function=embedding_function)
+    report = IngestReport(collection, skipped=list(listing.skipped) if listing else [])
+    total = len(listing.files) if listing else count_source(src)
     batch: list[SourceDoc] = []
+    seen_ids: set[str] = set()
 
     def flush() -> None:
         if not batch:
             return
-        statuses = write_batch(col, ef, batch)
+        statuses = write_batch(col, ef, batch, progress=bar.update)
         report.added += statuses.count("added")
         report.updated += statuses.count("updated")
         report.unchanged += statuses.count("unchanged")
-        bar.update(len(batch))
         batch.clear()
         if on_batch is not None:
             on_batch(report)
 
     with tqdm(total=total, disable=not show_progress, desc=f"ingest {collection}",
               unit="doc") as bar:
-        for doc in read_source(source):
+        for doc in read_source(src, include):
             report.seen += 1
+            seen_ids.add(doc.id)
             if doc.error is not None:
                 report.rejected.append(Rejected(doc.id, doc.error))
                 bar.update(1)
@@ -586,6 +726,13 @@ def ingest(
             if len(batch) >= batch_size:
                 flush()
         flush()
+    stale = sorted(set(_stored_ids(col)) - seen_ids)
+    if prune and stale:
+        for i in range(0, len(stale), 1000):
+            col.delete(ids=stale[i : i + 1000])
+        report.pruned = stale
+    else:
+        report.stale = stale
     report.count = col.count()
     return report
 
@@ -636,11 +783,13 @@ def query(
     Raises:
         ValueError: for an empty query, or a collection without an
             :class:`HTPEmbeddingFunction`.
-        chromadb.errors.NotFoundError: if the collection does not exist.
+        CollectionNotFoundError: if the collection does not exist.
+        DatabaseNotFoundError: if an embedded database directory does not exist (nothing
+            is created).
     """
     if not text.strip():
         raise ValueError("query text is empty")
-    col = make_client(db).get_collection(collection)
+    col = get_collection(make_client(db, create=False), collection)
     ef = collection_embedding_function(col)
     q = ef.embed_query([text])
     res = col.query(query_embeddings=q, n_results=n_results, where=where,
@@ -651,7 +800,10 @@ def query(
             for j, (i, d) in enumerate(zip(res["ids"][0], res["distances"][0], strict=True))]
 
 
-__all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc", "ingest",
-           "query", "read_source", "make_client", "open_collection",
-           "collection_embedding_function", "EF_NAME", "file_doc", "read_beir_lines",
-           "write_batch"]
+__all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc", "Skipped",
+           "ingest", "query", "read_source", "count_source", "make_client", "open_collection",
+           "prepare_collection", "get_collection", "resolve_settings", "list_collections",
+           "drop_collection", "CollectionInfo", "check_collection_name",
+           "collection_embedding_function", "EF_NAME", "TEXT_SUFFIXES", "file_doc",
+           "read_beir_lines", "write_batch", "SettingsConflictError",
+           "CollectionNotFoundError", "DatabaseNotFoundError"]

@@ -1,47 +1,173 @@
-"""``htp-retrieval ingest`` and ``htp-retrieval query`` subcommands (Chroma).
+"""``htp-retrieval ingest | query | collections | drop`` subcommands (Chroma).
 
-:func:`add_subcommands` adds both to the main parser's subparsers; each sets ``func`` to a
-handler that takes the parsed arguments and returns the exit status.
+:func:`add_subcommands` adds them to the main parser's subparsers; each sets ``func`` to a
+handler that takes the parsed arguments and returns the exit status. Expected failures
+(missing source, unknown collection, model or method, invalid name, unreachable server,
+conflicting settings) print one line naming the thing and the fix and exit 2; ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
 from htp_retrieval.models import DEFAULT_MODEL
 
+EXIT_USAGE = 2
+"""Exit status of an expected failure (bad input or settings; nothing was written)."""
 
-def _add_db_args(p: argparse.ArgumentParser) -> None:
+_FLAGS = {"model_name": "--model", "method": "--method", "query_instruction":
+          "--query-instruction", "document_instruction": "--document-instruction",
+          "max_length": "--max-length", "dtype": "--dtype"}
+_SHOWN = 20  # skipped files printed per reason before a count
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ValueError, LookupError, OSError, ImportError]
+    try:
+        from chromadb.errors import ChromaError
+
+        errors.append(ChromaError)
+    except ImportError:  # pragma: no cover - chromadb is required by these commands
+        pass
+    return tuple(errors)
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    return msg if len(msg) <= 600 else msg[:597] + "..."
+
+
+def friendly_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command handler: an expected error prints one line and returns 2.
+
+    The line is ``htp-retrieval COMMAND: error: MESSAGE`` on stderr; with ``--debug`` the
+    exception propagates (full traceback). Unexpected errors always propagate.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except _expected_errors() as e:
+            if getattr(args, "debug", False):
+                raise
+            print(f"htp-retrieval {args.cmd}: error: {_one_line(e)}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return wrapper
+
+
+def quiet_loading() -> None:
+    """Silence the model-loading progress bars of transformers and huggingface_hub."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+        from transformers.utils import logging as hf_logging
+
+        disable_progress_bars()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - both are core dependencies
+        pass
+
+
+def _add_db_args(p: argparse.ArgumentParser, *, collection: bool = True) -> None:
     p.add_argument("--db", default="chroma",
                    help="Chroma directory (embedded PersistentClient, default ./chroma) or "
                         "http://HOST:PORT of a 'chroma run' server")
-    p.add_argument("--collection", default="htp",
-                   help="collection name (3-512 chars of [a-zA-Z0-9._-]; default htp)")
+    if collection:
+        p.add_argument("--collection", default="htp",
+                       help="collection name (3-512 chars of [a-zA-Z0-9._-]; default htp)")
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error instead of one line")
 
 
+def _requested(args: argparse.Namespace) -> dict[str, Any]:
+    """The collection settings given on the command line (the others are reused)."""
+    got = {"model_name": args.model, "method": args.method, "max_length": args.max_length,
+           "dtype": args.dtype}
+    if args.query_instruction is not None:
+        got["query_instruction"] = args.query_instruction or None
+    if args.document_instruction is not None:
+        got["document_instruction"] = args.document_instruction or None
+    return {k: v for k, v in got.items() if v is not None}
+
+
+def _print_skipped(report: Any) -> None:
+    by_reason: dict[str, list[str]] = {}
+    for s in report.skipped:
+        kind = s.reason.split(" (")[0]
+        by_reason.setdefault(kind, []).append(f"skipped {s.path}: {s.reason}")
+    for kind, lines in by_reason.items():
+        for line in lines[:_SHOWN]:
+            print(line, file=sys.stderr)
+        if len(lines) > _SHOWN:
+            print(f"skipped {len(lines) - _SHOWN} more ({kind})", file=sys.stderr)
+    if report.skipped:
+        print("skipped files are not read: add --include PATTERN (e.g. --include '*.rst') "
+              "to read them", file=sys.stderr)
+
+
+@friendly_errors
 def cmd_ingest(args: argparse.Namespace) -> int:
-    """Run ``htp-retrieval ingest``: exit 0, or 1 with ``--strict`` when documents were rejected.
+    """Run ``htp-retrieval ingest``: exit 0, 1 with ``--strict`` when documents were rejected,
+    2 on an expected error (nothing written).
 
+    Settings not given on the command line are those stored with an existing collection
+    (or the defaults for a new one); a setting that differs from the stored one is refused.
     With ``--ray`` the documents are read, embedded and written by a Ray Data job
     (:func:`htp_retrieval.integrations.ray_ingest.ingest_ray`) into a Chroma server.
     """
-    from htp_retrieval.integrations.chroma import HTPEmbeddingFunction, ingest
+    from htp_retrieval.integrations._runtime import check_model
+    from htp_retrieval.integrations.chroma import (
+        HTPEmbeddingFunction,
+        SettingsConflictError,
+        check_collection_name,
+        ingest,
+        make_client,
+        resolve_settings,
+    )
+    from htp_retrieval.integrations.sources import check_source
 
+    if args.quiet:
+        quiet_loading()
+    check_collection_name(args.collection)
+    check_source(args.source)
+    if args.ray and not str(args.db).startswith(("http://", "https://")):
+        raise ValueError(f"--ray writes to a Chroma server: give --db http://HOST:PORT of a "
+                         f"'chroma run' server, not {args.db!r}")
+    if args.batch_size < 1 or args.embed_batch_size < 0:
+        raise ValueError("--batch-size must be >= 1 and --embed-batch-size >= 0")
     if args.threads and not args.ray:
         import torch
 
         torch.set_num_threads(args.threads)
-    ef = HTPEmbeddingFunction(
-        args.model, args.method,
-        query_instruction=args.query_instruction or None,
-        document_instruction=args.document_instruction or None,
-        max_length=args.max_length, dtype=args.dtype, device=args.device,
-        batch_size=args.batch_size,
-    )
+    from htp_retrieval.integrations._runtime import check_device
+    from htp_retrieval.models import pick_device
+
+    device = check_device(args.device)
+    embed_batch = args.embed_batch_size or (16 if pick_device(device) != "cpu" or args.num_gpus
+                                            else 1)
+    requested = _requested(args)
+    HTPEmbeddingFunction(**requested, device=device)  # method, dtype: before any write
+    if args.model is not None:
+        check_model(args.model)
+    client = make_client(args.db)
+    try:
+        ef = resolve_settings(client, args.collection, requested, device=device,
+                              batch_size=embed_batch)
+    except SettingsConflictError as e:
+        msg = str(e)
+        for key, flag in _FLAGS.items():
+            msg = msg.replace(f"{key} stored", f"{flag} stored")
+        raise SettingsConflictError(msg.replace("leave them out", "leave those flags out")
+                                    ) from e
     if args.ray:
         from htp_retrieval.integrations.ray_ingest import ingest_ray
 
@@ -52,21 +178,34 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                             embedding_function=ef, batch_size=args.batch_size,
                             concurrency=concurrency, num_gpus=args.num_gpus,
                             num_cpus=args.num_cpus, threads=args.threads,
-                            address=args.ray_address, show_progress=not args.quiet)
+                            address=args.ray_address, show_progress=not args.quiet,
+                            include=tuple(args.include), prune=args.prune)
     else:
-        report = ingest(args.source, db=args.db, collection=args.collection,
+        report = ingest(args.source, db=client, collection=args.collection,
                         embedding_function=ef, batch_size=args.batch_size,
-                        show_progress=not args.quiet)
+                        show_progress=not args.quiet, include=tuple(args.include),
+                        prune=args.prune)
     for r in report.rejected:
         print(f"rejected {r.id}: {r.reason}", file=sys.stderr)
+    _print_skipped(report)
+    for doc_id in report.pruned:
+        print(f"pruned {doc_id}: source gone", file=sys.stderr)
+    for doc_id in report.stale:
+        print(f"stale {doc_id}: source gone (--prune removes it)", file=sys.stderr)
     print(report.summary())
     return 1 if args.strict and report.rejected else 0
 
 
+@friendly_errors
 def cmd_query(args: argparse.Namespace) -> int:
-    """Run ``htp-retrieval query``: print the hits (text or JSON lines)."""
+    """Run ``htp-retrieval query``: print the hits (text or JSON lines); 2 on an expected
+    error (a missing database directory is never created)."""
     from htp_retrieval.integrations.chroma import query
 
+    if args.quiet:
+        quiet_loading()
+    if args.n_results < 1:
+        raise ValueError(f"-k/--n-results must be >= 1, got {args.n_results}")
     hits = query(args.text, db=args.db, collection=args.collection, n_results=args.n_results)
     for rank, h in enumerate(hits, 1):
         if args.json:
@@ -79,33 +218,100 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+@friendly_errors
+def cmd_collections(args: argparse.Namespace) -> int:
+    """Run ``htp-retrieval collections``: one line (or JSON object) per collection."""
+    from htp_retrieval.integrations.chroma import list_collections
+
+    infos = list_collections(args.db)
+    for c in infos:
+        if args.json:
+            print(json.dumps({"name": c.name, "count": c.count, "settings": c.settings},
+                             ensure_ascii=False))
+        elif c.settings is None:
+            print(f"{c.name}  {c.count} vectors  (not made by htp-retrieval)")
+        else:
+            s = c.settings
+            print(f"{c.name}  {c.count} vectors  model {s.get('model_name')}  method "
+                  f"{s.get('method')}  dtype {s.get('dtype')}  max_length "
+                  f"{s.get('max_length')}  query_instruction {s.get('query_instruction')!r}")
+    if not infos and not args.json:
+        print(f"no collections in {args.db}", file=sys.stderr)
+    return 0
+
+
+@friendly_errors
+def cmd_drop(args: argparse.Namespace) -> int:
+    """Run ``htp-retrieval drop``: delete a collection (asks first unless ``--yes``)."""
+    from htp_retrieval.integrations.chroma import drop_collection, get_collection, make_client
+
+    col = get_collection(make_client(args.db, create=False), args.collection)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ValueError(f"refusing to drop {args.collection!r} without confirmation: "
+                             "add --yes")
+        answer = input(f"Drop collection {args.collection!r} ({col.count()} vectors) from "
+                       f"{args.db}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing dropped", file=sys.stderr)
+            return 1
+    n = drop_collection(args.db, args.collection)
+    print(f"dropped {args.collection} ({n} vectors)")
+    return 0
+
+
 def add_subcommands(subparsers: Any) -> None:
-    """Add ``ingest`` and ``query`` to an ``argparse`` subparsers object.
+    """Add ``ingest``, ``query``, ``collections`` and ``drop`` to an ``argparse`` subparsers
+    object.
 
     Args:
         subparsers: What ``ArgumentParser.add_subparsers()`` returned.
     """
+    from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
+
     p = subparsers.add_parser(
         "ingest", help="embed a folder of .txt/.md files or a BEIR corpus.jsonl into Chroma",
         description="Idempotent, resumable ingestion: stable ids, batched writes; documents "
-                    "that cannot be used (empty, undecodable) are listed with their ids.")
+                    "that cannot be used (empty, no content, undecodable) are listed with "
+                    "their ids, and files not read (other extensions, hidden) are listed too. "
+                    "Settings left out are those stored with an existing collection.")
     p.add_argument("source", help="folder of .txt/.md files, or a BEIR corpus.jsonl "
                                   "(or a folder holding one)")
-    _add_db_args(p)
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="packaged name, .gguf path, local dir or hub id")
-    p.add_argument("--method", default="htp", help="htp, vanilla-mean, ...")
-    p.add_argument("--query-instruction", default=DEFAULT_QUERY_INSTRUCTION,
-                   help="instruction stored for queries ('' for none)")
-    p.add_argument("--document-instruction", default="",
-                   help="instruction for documents (default none)")
-    p.add_argument("--max-length", type=int, default=512, help="max text tokens per document")
+    p.add_argument("--collection", default="htp",
+                   help="collection name (3-512 chars of [a-zA-Z0-9._-]; default htp)")
+    p.add_argument("--db", default="chroma",
+                   help="Chroma directory (embedded PersistentClient, default ./chroma) or "
+                        "http://HOST:PORT of a 'chroma run' server")
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error instead of one line")
+    g = p.add_argument_group("collection settings",
+                             "stored with a new collection; left out, a rerun reuses them")
+    g.add_argument("--model", default=None,
+                   help=f"packaged name, .gguf path, local dir or hub id (new: {DEFAULT_MODEL})")
+    g.add_argument("--method", default=None, help="htp, vanilla-mean, ... (new: htp)")
+    g.add_argument("--query-instruction", default=None,
+                   help=f"instruction stored for queries ('' for none; new: "
+                        f"{DEFAULT_QUERY_INSTRUCTION!r})")
+    g.add_argument("--document-instruction", default=None,
+                   help="instruction for documents ('' for none; new: none)")
+    g.add_argument("--max-length", type=int, default=None,
+                   help="max text tokens per document (new: 512)")
+    g.add_argument("--dtype", default=None,
+                   help="auto, bfloat16, float16 or float32 (new: auto, resolved on this "
+                        "machine and stored: bf16 on a GPU or a CPU with native bf16, "
+                        "float32 otherwise)")
+    p.add_argument("--include", action="append", default=[], metavar="PATTERN",
+                   help="also read files matching this glob (repeatable), e.g. '*.rst'")
+    p.add_argument("--prune", action="store_true",
+                   help="remove stored documents whose source file or entry is gone")
     p.add_argument("--batch-size", type=int, default=16, help="documents per write")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--embed-batch-size", type=int, default=0,
+                   help="documents per forward pass (0: 1 on CPU, where batching gains "
+                        "nothing and the progress bar moves per document; 16 on a GPU)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (not stored)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--strict", action="store_true", help="exit 1 if any document was rejected")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (model loading too)")
     g = p.add_argument_group(
         "distributed (Ray Data)",
         "--ray reads, embeds and writes with a Ray Data job: one model per actor, writes to "
@@ -128,7 +334,21 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("-k", "--n-results", type=int, default=5, help="hits to show")
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
     p.add_argument("--snippet", type=int, default=200, help="characters of text shown")
+    p.add_argument("--quiet", action="store_true", help="no model-loading progress bar")
     p.set_defaults(func=cmd_query)
 
+    p = subparsers.add_parser("collections",
+                              help="list the collections of a database with their settings")
+    _add_db_args(p, collection=False)
+    p.add_argument("--json", action="store_true", help="one JSON object per collection")
+    p.set_defaults(func=cmd_collections)
 
-__all__ = ["add_subcommands", "cmd_ingest", "cmd_query"]
+    p = subparsers.add_parser("drop", help="delete a collection (asks first)")
+    p.add_argument("collection", help="collection name")
+    _add_db_args(p, collection=False)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_drop)
+
+
+__all__ = ["EXIT_USAGE", "add_subcommands", "cmd_collections", "cmd_drop", "cmd_ingest",
+           "cmd_query", "friendly_errors", "quiet_loading"]

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from htp_retrieval.integrations._runtime import EncoderConfig, SharedEncoder, shared_encoder
+from htp_retrieval.integrations._runtime import (
+    EncoderConfig,
+    SharedEncoder,
+    canonical_dtype,
+    check_device,
+    check_texts,
+    shared_encoder,
+)
 from htp_retrieval.methods import DEFAULT_QUERY_INSTRUCTION
 from htp_retrieval.models import DEFAULT_MODEL
 
@@ -27,7 +34,12 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     ) from _e
 try:
     from llama_index.core.base.embeddings.base import BaseEmbedding as _LIBaseEmbedding
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, model_validator
+    from llama_index.core.bridge.pydantic import (
+        ConfigDict,
+        Field,
+        field_validator,
+        model_validator,
+    )
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"HTPEmbeddings needs llama-index-core ({_e}); install the extras: {_PIP}"
@@ -67,15 +79,25 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         index = VectorStoreIndex.from_documents([Document(text="HTP adds block summaries.")])
         nodes = index.as_retriever(similarity_top_k=1).retrieve("What does HTP add?")
 
+    Arguments carried over from ``HuggingFaceEmbeddings`` / ``HuggingFaceEmbedding`` keep
+    their meaning: ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
+    :class:`~htp_retrieval.HTPEncoder` keywords), ``encode_kwargs`` for encoding
+    (``batch_size``, ``normalize_embeddings``, ``show_progress_bar``), ``model=`` for
+    ``model_name=``. Any other unknown argument is an error, never ignored.
+
     Raises:
-        ValueError: at validation time for a non-positive ``max_length`` or
-            ``embed_batch_size``; when embedding, for an empty text (its index is named),
-            an unknown method or invalid encoder settings.
+        ValueError: at construction (pydantic ``ValidationError``) for an unknown argument
+            or ``model_kwargs``/``encode_kwargs`` key, an unknown method, dtype or device, an
+            unknown encoder keyword, or a non-positive ``max_length`` or
+            ``embed_batch_size``; when embedding, for a text without content (its index is
+            named) or invalid encoder settings.
+        TypeError: when embedding, if a single string is passed where a list is expected.
         ImportError: when embedding, if a packaged model's package is missing.
     """
 
     model_config = ConfigDict(
-        protected_namespaces=(), use_attribute_docstrings=True, populate_by_name=True
+        protected_namespaces=(), use_attribute_docstrings=True, populate_by_name=True,
+        extra="forbid",
     )
 
     model_name: str = Field(
@@ -101,8 +123,11 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     """Maximum text tokens kept per text (longer texts are truncated)."""
     device: str = Field(default="auto", description="auto, cpu or cuda.")
     """``auto``, ``cpu`` or ``cuda``."""
-    dtype: str = Field(default="bfloat16", description="bfloat16, float16 or float32.")
-    """Weight dtype: ``bfloat16``, ``float16`` or ``float32``."""
+    dtype: str = Field(default="auto", description="auto, bfloat16, float16 or float32.")
+    """Weight dtype: ``auto`` (default: bf16 on a GPU or a CPU with native bf16, float32 on
+    other CPUs; :func:`htp_retrieval.dtypes.resolve_dtype`), ``bfloat16``, ``float16`` or
+    ``float32`` (aliases ``bf16``, ``fp16``, ``fp32`` and ``torch.dtype`` objects are
+    accepted)."""
     encoder_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Further HTPEncoder keyword arguments."
     )
@@ -118,11 +143,34 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     @model_validator(mode="before")
     @classmethod
-    def _model_alias(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "model" in data and "model_name" not in data:
-            data = dict(data)
-            data["model_name"] = data.pop("model")
-        return data
+    def _carried_over(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return carry_over_kwargs(data, set(cls.model_fields))
+
+    @field_validator("method")
+    @classmethod
+    def _check_method(cls, v: str) -> str:
+        from htp_retrieval.methods import get_method
+
+        get_method(v)
+        return v
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _check_dtype(cls, v: Any) -> str:
+        return canonical_dtype(v)
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, v: str) -> str:
+        return check_device(v)
+
+    @field_validator("encoder_kwargs")
+    @classmethod
+    def _check_encoder_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_encoder_kwargs(v)
+        return v
 
     @classmethod
     def class_name(cls) -> str:
@@ -164,12 +212,14 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     def _embed(self, texts: list[str], instruction: str | None, progress: bool = False
                ) -> list[list[float]]:
+        check_texts(texts)
         if not texts:
             return []
         return self._encode(self._shared(), list(texts), instruction, progress)
 
     async def _aembed(self, texts: list[str], instruction: str | None, progress: bool = False
                       ) -> list[list[float]]:
+        check_texts(texts)
         if not texts:
             return []
         shared = await self._ashared()
@@ -193,7 +243,8 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             ``n`` vectors of ``hidden`` floats.
 
         Raises:
-            ValueError: if a text is empty or whitespace-only (its index is named).
+            TypeError: if ``texts`` is a single string.
+            ValueError: if a text carries no content (its index is named).
         """
         return self._embed(texts, self.document_instruction, self.show_progress)
 
@@ -204,8 +255,10 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             ``hidden`` floats.
 
         Raises:
-            ValueError: if the text is empty or whitespace-only.
+            TypeError: if ``text`` is not a string.
+            ValueError: if the text carries no content.
         """
+        _one_text(text)
         return self._embed([text], self.query_instruction)[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -214,6 +267,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query` (runs on a worker thread)."""
+        _one_text(text)
         return (await self._aembed([text], self.query_instruction))[0]
 
     # --------------------------------------------------------------- LlamaIndex
@@ -240,6 +294,100 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`_get_text_embeddings` (runs on a worker thread)."""
         return await self._aembed(texts, self.document_instruction)
+
+
+_LOAD_KEYS = {"device": "device", "dtype": "dtype", "torch_dtype": "dtype"}
+_ENCODE_KEYS = {"batch_size": "embed_batch_size", "normalize_embeddings": "normalize",
+                "show_progress_bar": "show_progress"}
+_HINTS = {"batch_size": "embed_batch_size=N (or encode_kwargs={'batch_size': N})",
+          "normalize_embeddings": "normalize=... (or encode_kwargs={'normalize_embeddings': ...})",
+          "show_progress_bar": "show_progress=...", "torch_dtype": "dtype=...",
+          "model_path": "model_name=...", "instruction": "query_instruction=..."}
+
+
+def _one_text(text: Any) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"expected one text (str), got {type(text).__name__}")
+
+
+def check_encoder_kwargs(kwargs: dict[str, Any]) -> None:
+    """Check that every key is a keyword of :class:`~htp_retrieval.HTPEncoder`.
+
+    Raises:
+        ValueError: naming the unknown keys and the accepted ones.
+    """
+    import inspect
+
+    from htp_retrieval.encoder import HTPEncoder
+
+    own = {"self", "model", "method", "max_length", "device", "dtype"}
+    accepted = [p for p in inspect.signature(HTPEncoder.__init__).parameters if p not in own]
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise ValueError(f"unknown encoder keyword(s) {unknown}: HTPEncoder accepts "
+                         f"{', '.join(accepted)}")
+
+
+def carry_over_kwargs(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """Map arguments users carry over from ``HuggingFaceEmbeddings`` onto our fields.
+
+    ``model`` -> ``model_name``; ``model_kwargs`` keys ``device``, ``dtype``/``torch_dtype``
+    (also inside a nested ``model_kwargs``) -> those fields, other keys -> ``encoder_kwargs``
+    (checked against :class:`~htp_retrieval.HTPEncoder`); ``encode_kwargs`` keys
+    ``batch_size`` -> ``embed_batch_size``, ``normalize_embeddings`` -> ``normalize``,
+    ``show_progress_bar`` -> ``show_progress``.
+
+    Args:
+        data: The keyword arguments given to the constructor.
+        fields: The model's field names.
+
+    Returns:
+        The arguments with carried-over names replaced.
+
+    Raises:
+        ValueError: for a key with no meaning here, a value given twice with two different
+            values, or an unknown argument (with the name to use instead where there is one).
+    """
+    data = dict(data)
+    out: dict[str, Any] = {}
+
+    def put(field: str, value: Any, given_as: str) -> None:
+        if field in out and out[field] != value:
+            raise ValueError(f"{field} given twice with different values ({out[field]!r} and "
+                             f"{value!r} from {given_as})")
+        out[field] = value
+
+    if "model" in data:
+        put("model_name", data.pop("model"), "model")
+    model_kwargs = dict(data.pop("model_kwargs", None) or {})
+    nested = model_kwargs.pop("model_kwargs", None) or {}
+    model_kwargs.update({k: v for k, v in nested.items() if k in ("dtype", "torch_dtype")})
+    extra_nested = sorted(set(nested) - {"dtype", "torch_dtype"})
+    if extra_nested:
+        raise ValueError(f"model_kwargs['model_kwargs'] keys {extra_nested} have no meaning "
+                         "here (only dtype/torch_dtype)")
+    encoder_kwargs: dict[str, Any] = {}
+    for k, v in model_kwargs.items():
+        if k in _LOAD_KEYS:
+            put(_LOAD_KEYS[k], v, f"model_kwargs[{k!r}]")
+        else:
+            encoder_kwargs[k] = v
+    if encoder_kwargs:
+        check_encoder_kwargs(encoder_kwargs)
+        put("encoder_kwargs", {**dict(data.pop("encoder_kwargs", None) or {}),
+                               **encoder_kwargs}, "model_kwargs")
+    encode_kwargs = dict(data.pop("encode_kwargs", None) or {})
+    for k, v in encode_kwargs.items():
+        if k not in _ENCODE_KEYS:
+            raise ValueError(f"encode_kwargs key {k!r} has no meaning here: accepted keys are "
+                             f"{', '.join(_ENCODE_KEYS)}")
+        put(_ENCODE_KEYS[k], v, f"encode_kwargs[{k!r}]")
+    for k, v in data.items():
+        if k not in fields:
+            hint = f": use {_HINTS[k]}" if k in _HINTS else ""
+            raise ValueError(f"unknown argument {k!r}{hint}")
+        put(k, v, k)
+    return out
 
 
 def _install_llamaindex_resolve_shim() -> None:

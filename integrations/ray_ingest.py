@@ -47,14 +47,18 @@ from htp_retrieval.integrations.chroma import (
     IngestReport,
     Rejected,
     SourceDoc,
-    _corpus_file,
-    _folder_files,
-    collection_embedding_function,
-    file_doc,
+    _stored_ids,
     make_client,
-    open_collection,
-    read_beir_lines,
+    prepare_collection,
     write_batch,
+)
+from htp_retrieval.integrations.sources import (
+    Skipped,
+    check_source,
+    corpus_file,
+    file_doc,
+    list_folder,
+    read_beir_lines,
 )
 
 try:
@@ -107,32 +111,34 @@ def _parse_file(row: dict[str, Any], *, root: str) -> dict[str, Any]:
     return _row(file_doc(rel, row["bytes"]))
 
 
-def read_documents(source: str | os.PathLike[str]) -> ray.data.Dataset:
-    """A Ray dataset of the documents in ``source`` (columns :data:`COLUMNS`).
+def read_documents(
+    source: str | os.PathLike[str], include: tuple[str, ...] = ()
+) -> tuple[ray.data.Dataset, list[Skipped]]:
+    """A Ray dataset of the documents in ``source`` (columns :data:`COLUMNS`), and the
+    files of a folder source that are not read.
 
     Args:
-        source: A folder of ``.txt``/``.md`` files (recursive, hidden paths skipped), or a
-            BEIR ``corpus.jsonl`` (or a folder holding one). Paths must be readable from
-            every node (a shared file system, or a ``pyarrow`` URI such as ``s3://``... for
-            a corpus file).
+        source: A folder of ``.txt``/``.md`` files (recursive, hidden paths skipped unless
+            ``include`` names them), or a BEIR ``corpus.jsonl`` (or a folder holding one).
+            Paths must be readable from every node (a shared file system).
+        include: Extra glob patterns of files to read from a folder (see
+            :func:`~htp_retrieval.integrations.sources.list_folder`).
 
     Raises:
         FileNotFoundError: if the source does not exist or holds no usable file.
     """
-    src = Path(source)
-    if not src.exists():
-        raise FileNotFoundError(f"source not found: {src}")
-    corpus = _corpus_file(src)
+    src = check_source(source)
+    corpus = corpus_file(src)
     if corpus is not None:
-        return ray.data.read_binary_files(str(corpus.resolve())).flat_map(_parse_corpus)
-    if not src.is_dir():
-        raise FileNotFoundError(f"source must be a folder of .txt/.md files or a BEIR "
-                                f"corpus.jsonl: {src}")
-    files = [str(p.resolve()) for p in _folder_files(src)]
+        return (ray.data.read_binary_files(str(corpus.resolve())).flat_map(_parse_corpus), [])
+    listing = list_folder(src, include)
+    files = [str(p.resolve()) for p in listing.files]
     if not files:
-        raise FileNotFoundError(f"no .txt/.md file in {src}")
-    return ray.data.read_binary_files(files, include_paths=True).map(
+        raise FileNotFoundError(f"no .txt/.md file in {src} ({len(listing.skipped)} skipped; "
+                                "--include PATTERN reads other files)")
+    ds = ray.data.read_binary_files(files, include_paths=True).map(
         _parse_file, fn_kwargs={"root": str(src.resolve())})
+    return ds, list(listing.skipped)
 
 
 class EmbedWriter:
@@ -212,6 +218,8 @@ def ingest_ray(
     threads: int = 0,
     address: str | None = None,
     show_progress: bool = True,
+    include: tuple[str, ...] = (),
+    prune: bool = False,
 ) -> RayIngestReport:
     """Embed a folder or a BEIR corpus into a Chroma server with Ray Data.
 
@@ -237,10 +245,14 @@ def ingest_ray(
         address: Ray cluster address (``auto``, ``ray://host:10001``); ``None`` uses
             ``RAY_ADDRESS`` or a new local cluster.
         show_progress: Ray Data progress bars.
+        include: Extra glob patterns of files to read from a folder.
+        prune: Delete stored documents whose source entry is gone (as
+            :func:`~htp_retrieval.integrations.chroma.ingest`).
 
     Returns:
         The :class:`RayIngestReport`: counts, rejected documents with their ids and
-        reasons, the collection size afterwards and the number of actors that wrote.
+        reasons, skipped files, stale or pruned ids, the collection size afterwards and the
+        number of actors that wrote.
 
     Raises:
         ValueError: if ``db`` is not an ``http(s)://`` URL, ``batch_size`` < 1, or the
@@ -254,9 +266,9 @@ def ingest_ray(
                          f"for distributed ingestion, got {db!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_source(source)
     client = make_client(db)
-    col = open_collection(client, collection, embedding_function=embedding_function)
-    ef = collection_embedding_function(col)
+    col, ef, _ = prepare_collection(client, collection, embedding_function=embedding_function)
     device = embedding_function.device if embedding_function is not None else (
         "cuda" if num_gpus > 0 else "auto")
     encode_batch = embedding_function.batch_size if embedding_function is not None else 16
@@ -272,7 +284,8 @@ def ingest_ray(
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = show_progress
         # blocks of a few batches, so that every actor of the pool gets work
-        docs = read_documents(source).repartition(target_num_rows_per_block=4 * batch_size)
+        docs, skipped = read_documents(source, include)
+        docs = docs.repartition(target_num_rows_per_block=4 * batch_size)
         statuses = docs.map_batches(
             EmbedWriter,
             fn_constructor_kwargs={"ef_config": ef.get_config(), "db": str(db),
@@ -281,12 +294,14 @@ def ingest_ray(
             batch_size=batch_size, batch_format="numpy", concurrency=concurrency,
             num_gpus=num_gpus, num_cpus=num_cpus,
         )
-        report = RayIngestReport(collection)
+        report = RayIngestReport(collection, skipped=skipped)
+        seen_ids: set[str] = set()
         workers: set[str] = set()
         for batch in statuses.iter_batches(batch_size=4096, batch_format="numpy"):
             workers.update(str(w) for w in batch["worker"])
             for doc_id, status, reason in zip(batch["id"], batch["status"], batch["reason"]):
                 report.seen += 1
+                seen_ids.add(str(doc_id))
                 if status == "rejected":
                     report.rejected.append(Rejected(str(doc_id), str(reason)))
                 else:
@@ -295,6 +310,13 @@ def ingest_ray(
         if started:
             ray.shutdown()
     report.rejected.sort(key=lambda r: r.id)
+    stale = sorted(set(_stored_ids(col)) - seen_ids)
+    if prune and stale:
+        for i in range(0, len(stale), 1000):
+            col.delete(ids=stale[i : i + 1000])
+        report.pruned = stale
+    else:
+        report.stale = stale
     report.workers = len(workers)
     report.count = col.count()
     return report
