@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from htp_retrieval.dtypes import resolve_dtype
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
@@ -115,7 +116,8 @@ class EvalSettings:
             to S text tokens; ``None`` keeps the default (the model family's,
             :func:`htp_retrieval.models.default_short_budget`; the Llama family's is
             ``(256, 1)``), ``0`` turns it off.
-        device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings.
+        device, dtype, padding_side, batch_size, max_tokens_per_batch: Encoder settings
+            (``dtype="auto"``: :func:`htp_retrieval.dtypes.resolve_dtype` for the device).
         output: Results root folder.
         overwrite: Recompute existing results.
         command: The command line recorded in each result (``config["command"]``); empty:
@@ -146,7 +148,7 @@ class EvalSettings:
     long_budget: tuple[int, int] | Literal[0] | None = None
     short_budget: tuple[int, int] | Literal[0] | None = None
     device: str = "auto"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     padding_side: str = "right"
     batch_size: int = 32
     max_tokens_per_batch: int = 16384
@@ -356,7 +358,8 @@ def result_name(
     ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
     ``preset-<stem>`` (a calibration preset),
     ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
-    (non-default synthetic tokenizer).
+    (non-default synthetic tokenizer), ``float32``/``float16`` (the weight dtype the run
+    resolves to, when it is not bfloat16, so a result is never reused across dtypes).
     """
     parts = [_safe(point.method.name)]
     if point.max_length is not None:
@@ -396,6 +399,9 @@ def result_name(
         parts.append(f"seed{settings.seed}")
     if context_length is not None and settings.synthetic_tokenizer:
         parts.append("tok-" + _safe(settings.synthetic_tokenizer))
+    dtype = resolve_dtype(settings.dtype, settings.device)
+    if dtype != "bfloat16":
+        parts.append(dtype)
     return "__".join(parts) + ".json"
 
 

@@ -10,9 +10,10 @@ Usage:
     python examples/ragas_eval.py [BEIR_DIR] [--max-queries 20] [--max-docs 200] [--k 10]
 
 Progress goes to stderr: a bar over documents while each method embeds the corpus, a bar
-over queries, and the time each method took. Most of the time is embedding the documents
-(about 0.5 s per SciFact document per method with SmolLM2 on a 2-core CPU, so the
-defaults, 200 documents and two methods, take a few minutes; see the timing it prints).
+over queries, and the time each method took. Most of the time is embedding the documents.
+The defaults (200 documents, 20 queries, two methods) took 4 min 11 s on one core of an AMD
+EPYC with native bf16 (``taskset -c 0``, dtype auto = bfloat16): htp 130 s, vanilla-mean
+114 s. On a CPU without native bf16, dtype auto is float32 and the time is of the same order.
 """
 
 from __future__ import annotations

@@ -23,6 +23,15 @@ from htp_retrieval.methods import get_method
 SCIFACT = os.path.abspath(os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "beir", "scifact"))
 needs_scifact = pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="../shared/data missing")
+
+
+@pytest.fixture(autouse=True)
+def _bf16_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Result names carry the dtype ``auto`` resolves to when it is not bf16: pin the
+    probe so these name checks read the same on every CPU."""
+    monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: True)
+
+
 COST_KEYS = ("encode_seconds", "cpu_seconds", "tokens_per_second", "peak_memory_bytes",
              "padding_fraction", "prepare_seconds", "forward_seconds")
 
@@ -282,3 +291,12 @@ def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # no
     assert len(paper.build_layouts([long_doc])[0].pst_positions) == 40
     # up to 32 sentences the budget changes nothing: the layout equals fixed K = 1
     assert htp.build_layouts([short_doc]) == fixed.build_layouts([short_doc])
+
+
+def test_result_name_carries_a_dtype_other_than_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    point = RunPoint(get_method("vanilla-mean"), 512)
+    assert result_name(point, EvalSettings(dtype="float32")) == "vanilla-mean__len512__float32.json"
+    monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: False)
+    assert result_name(point, EvalSettings(device="cpu")) == "vanilla-mean__len512__float32.json"
+    assert result_name(point, EvalSettings(device="cpu", dtype="bfloat16")) == \
+        "vanilla-mean__len512.json"
