@@ -13,7 +13,7 @@ Progress goes to stderr: a bar over documents while each method embeds the corpu
 over queries, and the time each method took. Most of the time is embedding the documents.
 The defaults (200 documents, 20 queries, two methods) took 4 min 11 s on one core of an AMD
 EPYC with native bf16 (``taskset -c 0``, dtype auto = bfloat16): htp 130 s, vanilla-mean
-114 s. On a CPU without native bf16, dtype auto is float32 and the time is of the same order.
+114 s.
 """
 
 from __future__ import annotations
