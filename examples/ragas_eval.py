@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
 
+    if args.quiet:
+        from htp_retrieval.integrations.cli import quiet_loading
+
+        quiet_loading()
     from langchain_core.vectorstores import InMemoryVectorStore
 
     with warnings.catch_warnings():  # ragas 0.4 deprecates these imports, not the metrics

@@ -185,8 +185,8 @@ def check_texts(texts: Any) -> None:
 
     Raises:
         TypeError: if ``texts`` is a single string (it would be embedded character by
-            character) or not a sequence.
-        ValueError: if an entry is not a string or carries no content (see
+            character), not a sequence, or holds a non-string (its index is named).
+        ValueError: if an entry carries no content (see
             :func:`~htp_retrieval.integrations.sources.content_error`); names its index.
     """
     if isinstance(texts, (str, bytes)):
@@ -196,7 +196,7 @@ def check_texts(texts: Any) -> None:
         raise TypeError(f"expected a list of texts, got {type(texts).__name__}")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
+            raise TypeError(f"text at index {i} is {type(t).__name__}, not str")
         reason = content_error(t)
         if reason is not None:
             reason = "empty or whitespace-only" if reason == "empty" else reason
@@ -265,9 +265,10 @@ class SharedEncoder:
             ``[len(texts), hidden]`` float32 array.
 
         Raises:
-            TypeError: if ``texts`` is a single string instead of a sequence of strings.
-            ValueError: if a text is not a string or carries no content (empty,
-                whitespace, only control characters, binary); the message names its index.
+            TypeError: if ``texts`` is a single string instead of a sequence of strings, or
+                holds a non-string (its index is named).
+            ValueError: if a text carries no content (empty, whitespace, only control
+                characters, binary); the message names its index.
         """
         check_texts(texts)
         with self.lock:

@@ -46,7 +46,7 @@ from htp_retrieval.integrations.sources import (
     TEXT_SUFFIXES,
     Skipped,
     SourceDoc,
-    check_source,
+    check_documents,
     corpus_file,
     count_source,
     file_doc,
@@ -84,8 +84,10 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
     that use the same settings.
 
     Args:
-        model_name: Packaged model name, ``.gguf`` path, local directory or hub id.
-        method: HTP method or alias (``htp``, ``vanilla-mean``, ...).
+        model_name: Packaged model name, ``.gguf`` path, local directory (stored as an
+            absolute path) or hub id.
+        method: HTP method or alias (``htp``, ``vanilla-mean``, ...; stored by its canonical
+            name).
         query_instruction: Instruction before queries (``None``: none).
         document_instruction: Instruction before documents (default none).
         normalize: L2-normalize the vectors (default ``True``).
@@ -123,9 +125,11 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         if max_length < 1 or batch_size < 1:
             raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and "
                              f"{batch_size}")
-        get_method(method)  # unknown method: ValueError listing the valid names
+        local = Path(model_name).expanduser()
+        if local.exists():  # stored absolute, so the collection reopens from anywhere
+            model_name = str(local.resolve())
         self.model_name = model_name
-        self.method = method
+        self.method = get_method(method).name  # aliases stored by their canonical name
         self.query_instruction = query_instruction
         self.document_instruction = document_instruction
         self.normalize = normalize
@@ -325,6 +329,9 @@ def make_client(db: str | os.PathLike[str] | Any | None = None, *, create: bool 
         except ValueError as e:  # chromadb: "Could not connect to a Chroma server..."
             raise ConnectionError(f"cannot reach the Chroma server at {target}: start it "
                                   "('chroma run --path DIR --port PORT') or fix --db") from e
+    if Path(target).exists() and not Path(target).is_dir():
+        raise FileExistsError(f"--db {target} is a file, not a Chroma database directory: "
+                              "give a directory (or an http://HOST:PORT server)")
     if not create and not (Path(target) / "chroma.sqlite3").is_file():
         raise DatabaseNotFoundError(f"no Chroma database at {target} (give the --db that "
                                     "ingest wrote to)")
@@ -416,7 +423,8 @@ def collection_embedding_function(col: Any) -> HTPEmbeddingFunction:
     if not isinstance(ef, HTPEmbeddingFunction):
         name = getattr(ef, "name", lambda: None)() if ef is not None else None
         raise ValueError(f"collection {col.name!r} has embedding function {name!r}, not "
-                         f"{EF_NAME!r}: it was not created by htp-retrieval ingest")
+                         f"{EF_NAME!r}: it was not created by htp-retrieval ingest (use "
+                         f"another collection name, or 'htp-retrieval drop {col.name}')")
     return ef
 
 
@@ -627,6 +635,15 @@ def write_batch(
     return statuses
 
 
+def stale_ids(col: Any, seen: set[str], skipped: Sequence[Skipped]) -> list[str]:
+    """Stored ids whose source entry is gone: neither read in this run nor skipped by it
+    (a file, or a file inside a folder, that this run skipped is not gone)."""
+    folders = tuple(s.path for s in skipped if s.path.endswith("/"))
+    files = {s.path for s in skipped}
+    return sorted(i for i in _stored_ids(col)
+                  if i not in seen and i not in files and not i.startswith(folders or ("\0",)))
+
+
 def _stored_ids(col: Any, page: int = 5000) -> list[str]:
     ids: list[str] = []
     while True:
@@ -681,7 +698,8 @@ def ingest(
         files, stale or pruned ids).
 
     Raises:
-        FileNotFoundError: if the source does not exist.
+        FileNotFoundError: if the source does not exist or holds no document (an empty
+            source never creates a collection nor prunes one).
         ValueError: for an invalid collection name, ``batch_size`` < 1, or an existing
             collection with another embedding function or config
             (:class:`SettingsConflictError`).
@@ -693,7 +711,7 @@ def ingest(
     from tqdm.auto import tqdm
 
     check_collection_name(collection)
-    src = check_source(source)
+    src = check_documents(source, include)
     listing = None if corpus_file(src) is not None else list_folder(src, include)
     client = make_client(db)
     col, ef, _ = prepare_collection(client, collection, embedding_function=embedding_function)
@@ -726,7 +744,7 @@ def ingest(
             if len(batch) >= batch_size:
                 flush()
         flush()
-    stale = sorted(set(_stored_ids(col)) - seen_ids)
+    stale = stale_ids(col, seen_ids, report.skipped)
     if prune and stale:
         for i in range(0, len(stale), 1000):
             col.delete(ids=stale[i : i + 1000])
@@ -791,6 +809,11 @@ def query(
         raise ValueError("query text is empty")
     col = get_collection(make_client(db, create=False), collection)
     ef = collection_embedding_function(col)
+    try:
+        check_model(ef.model_name)
+    except (OSError, ValueError) as e:
+        raise type(e)(f"collection {collection!r} was made with model {ef.model_name!r}, "
+                      f"which cannot be loaded here: {e}") from e
     q = ef.embed_query([text])
     res = col.query(query_embeddings=q, n_results=n_results, where=where,
                     include=["documents", "metadatas", "distances"])

@@ -90,13 +90,14 @@ def _add_db_args(p: argparse.ArgumentParser, *, collection: bool = True) -> None
 
 def _requested(args: argparse.Namespace) -> dict[str, Any]:
     """The collection settings given on the command line (the others are reused)."""
-    got = {"model_name": args.model, "method": args.method, "max_length": args.max_length,
-           "dtype": args.dtype}
-    if args.query_instruction is not None:
-        got["query_instruction"] = args.query_instruction or None
-    if args.document_instruction is not None:
-        got["document_instruction"] = args.document_instruction or None
-    return {k: v for k, v in got.items() if v is not None}
+    got = {k: v for k, v in {"model_name": args.model, "method": args.method,
+                             "max_length": args.max_length, "dtype": args.dtype}.items()
+           if v is not None}
+    for key in ("query_instruction", "document_instruction"):
+        value = getattr(args, key)
+        if value is not None:  # '' asks for no instruction: stored as None
+            got[key] = value or None
+    return got
 
 
 def _print_skipped(report: Any) -> None:
@@ -133,17 +134,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         make_client,
         resolve_settings,
     )
-    from htp_retrieval.integrations.sources import check_source
+    from htp_retrieval.integrations.sources import check_documents
 
     if args.quiet:
         quiet_loading()
     check_collection_name(args.collection)
-    check_source(args.source)
+    check_documents(args.source, args.include)
     if args.ray and not str(args.db).startswith(("http://", "https://")):
         raise ValueError(f"--ray writes to a Chroma server: give --db http://HOST:PORT of a "
                          f"'chroma run' server, not {args.db!r}")
-    if args.batch_size < 1 or args.embed_batch_size < 0:
-        raise ValueError("--batch-size must be >= 1 and --embed-batch-size >= 0")
+    if args.batch_size < 1 or args.embed_batch_size < 0 or args.threads < 0:
+        raise ValueError("--batch-size must be >= 1, --embed-batch-size and --threads >= 0")
     if args.threads and not args.ray:
         import torch
 
@@ -204,8 +205,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     if args.quiet:
         quiet_loading()
-    if args.n_results < 1:
-        raise ValueError(f"-k/--n-results must be >= 1, got {args.n_results}")
+    if args.n_results < 1 or args.snippet < 0:
+        raise ValueError(f"-k/--n-results must be >= 1 and --snippet >= 0, got "
+                         f"{args.n_results} and {args.snippet}")
     hits = query(args.text, db=args.db, collection=args.collection, n_results=args.n_results)
     for rank, h in enumerate(hits, 1):
         if args.json:
@@ -243,14 +245,23 @@ def cmd_collections(args: argparse.Namespace) -> int:
 @friendly_errors
 def cmd_drop(args: argparse.Namespace) -> int:
     """Run ``htp-retrieval drop``: delete a collection (asks first unless ``--yes``)."""
-    from htp_retrieval.integrations.chroma import drop_collection, get_collection, make_client
+    from htp_retrieval.integrations.chroma import (
+        CollectionNotFoundError,
+        drop_collection,
+        make_client,
+    )
 
-    col = get_collection(make_client(args.db, create=False), args.collection)
+    client = make_client(args.db, create=False)
+    names = sorted(c.name for c in client.list_collections())
+    if args.collection not in names:
+        raise CollectionNotFoundError(f"collection {args.collection!r} not found (collections "
+                                      f"here: {', '.join(names) or 'none'})")
     if not args.yes:
         if not sys.stdin.isatty():
             raise ValueError(f"refusing to drop {args.collection!r} without confirmation: "
                              "add --yes")
-        answer = input(f"Drop collection {args.collection!r} ({col.count()} vectors) from "
+        count = client.get_collection(args.collection).count()
+        answer = input(f"Drop collection {args.collection!r} ({count} vectors) from "
                        f"{args.db}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing dropped", file=sys.stderr)

@@ -80,7 +80,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         nodes = index.as_retriever(similarity_top_k=1).retrieve("What does HTP add?")
 
     Arguments carried over from ``HuggingFaceEmbeddings`` / ``HuggingFaceEmbedding`` keep
-    their meaning: ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
+    their meaning: ``text_instruction`` for ``document_instruction``, ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
     :class:`~htp_retrieval.HTPEncoder` keywords), ``encode_kwargs`` for encoding
     (``batch_size``, ``normalize_embeddings``, ``show_progress_bar``), ``model=`` for
     ``model_name=``. Any other unknown argument is an error, never ignored.
@@ -97,7 +97,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     model_config = ConfigDict(
         protected_namespaces=(), use_attribute_docstrings=True, populate_by_name=True,
-        extra="forbid",
+        extra="forbid", validate_assignment=True,
     )
 
     model_name: str = Field(
@@ -271,6 +271,20 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         return (await self._aembed([text], self.query_instruction))[0]
 
     # --------------------------------------------------------------- LlamaIndex
+    def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False,
+                                 **kwargs: Any) -> list[list[float]]:
+        """LlamaIndex batch embedding; a bare string raises ``TypeError`` (it would be
+        embedded character by character)."""
+        check_texts(texts)
+        return super().get_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
+
+    async def aget_text_embedding_batch(self, texts: list[str], show_progress: bool = False,
+                                        **kwargs: Any) -> list[list[float]]:
+        """Async :meth:`get_text_embedding_batch`."""
+        check_texts(texts)
+        return await super().aget_text_embedding_batch(texts, show_progress=show_progress,
+                                                        **kwargs)
+
     def _get_query_embedding(self, query: str) -> list[float]:
         """LlamaIndex query embedding (``query_instruction``), ``hidden`` floats."""
         return self._embed([query], self.query_instruction)[0]
@@ -331,7 +345,8 @@ def check_encoder_kwargs(kwargs: dict[str, Any]) -> None:
 def carry_over_kwargs(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     """Map arguments users carry over from ``HuggingFaceEmbeddings`` onto our fields.
 
-    ``model`` -> ``model_name``; ``model_kwargs`` keys ``device``, ``dtype``/``torch_dtype``
+    ``model`` -> ``model_name``; ``text_instruction`` -> ``document_instruction``;
+    ``model_kwargs`` keys ``device``, ``dtype``/``torch_dtype``
     (also inside a nested ``model_kwargs``) -> those fields, other keys -> ``encoder_kwargs``
     (checked against :class:`~htp_retrieval.HTPEncoder`); ``encode_kwargs`` keys
     ``batch_size`` -> ``embed_batch_size``, ``normalize_embeddings`` -> ``normalize``,
@@ -359,6 +374,8 @@ def carry_over_kwargs(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
 
     if "model" in data:
         put("model_name", data.pop("model"), "model")
+    if "text_instruction" in data:  # LlamaIndex HuggingFaceEmbedding's name
+        put("document_instruction", data.pop("text_instruction"), "text_instruction")
     model_kwargs = dict(data.pop("model_kwargs", None) or {})
     nested = model_kwargs.pop("model_kwargs", None) or {}
     model_kwargs.update({k: v for k, v in nested.items() if k in ("dtype", "torch_dtype")})

@@ -47,13 +47,14 @@ from htp_retrieval.integrations.chroma import (
     IngestReport,
     Rejected,
     SourceDoc,
-    _stored_ids,
     make_client,
     prepare_collection,
+    stale_ids,
     write_batch,
 )
 from htp_retrieval.integrations.sources import (
     Skipped,
+    check_documents,
     check_source,
     corpus_file,
     file_doc,
@@ -266,9 +267,8 @@ def ingest_ray(
                          f"for distributed ingestion, got {db!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    check_source(source)
+    check_documents(source, include)
     client = make_client(db)
-    col, ef, _ = prepare_collection(client, collection, embedding_function=embedding_function)
     device = embedding_function.device if embedding_function is not None else (
         "cuda" if num_gpus > 0 else "auto")
     encode_batch = embedding_function.batch_size if embedding_function is not None else 16
@@ -276,11 +276,13 @@ def ingest_ray(
         threads = max(1, int(num_cpus))  # actors on one node must not oversubscribe it
 
     started = False
-    if not ray.is_initialized():
+    if not ray.is_initialized():  # before the collection: an unreachable cluster creates none
         ray.init(address=address, runtime_env={"env_vars": dict(_ENV)},
                  log_to_driver=False, include_dashboard=False)
         started = True
     try:
+        col, ef, _ = prepare_collection(client, collection,
+                                        embedding_function=embedding_function)
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = show_progress
         # blocks of a few batches, so that every actor of the pool gets work
@@ -310,7 +312,7 @@ def ingest_ray(
         if started:
             ray.shutdown()
     report.rejected.sort(key=lambda r: r.id)
-    stale = sorted(set(_stored_ids(col)) - seen_ids)
+    stale = stale_ids(col, seen_ids, report.skipped)
     if prune and stale:
         for i in range(0, len(stale), 1000):
             col.delete(ids=stale[i : i + 1000])

@@ -89,8 +89,10 @@ def _matches(rel: str, patterns: Sequence[str]) -> bool:
 
 
 def _opens(rel: str, patterns: Sequence[str]) -> bool:
-    """Whether a pattern names a hidden folder or something inside it."""
-    return any(p == rel or p.startswith(rel + "/") or fnmatch.fnmatch(rel, p) for p in patterns)
+    """Whether a pattern names a hidden folder (by path or name) or something inside it."""
+    name = rel.rsplit("/", 1)[-1]
+    return any(p == rel or p.startswith(rel + "/") or fnmatch.fnmatch(rel, p)
+               or fnmatch.fnmatch(name, p) for p in patterns)
 
 
 @dataclass
@@ -113,7 +115,9 @@ def list_folder(root: str | os.PathLike[str], include: Sequence[str] = ()) -> Fo
 
     Hidden files and folders (a name starting with ``.``) are skipped unless an ``include``
     pattern matches them; a hidden folder is reported once with its file count. Every other
-    file that is not read is reported with its extension.
+    file that is not read is reported with its extension; symbolic links to folders (not
+    followed, so a link cycle cannot loop) and folders that cannot be listed are reported
+    too.
 
     Args:
         root: The source folder.
@@ -126,12 +130,18 @@ def list_folder(root: str | os.PathLike[str], include: Sequence[str] = ()) -> Fo
     root = Path(root)
     files: list[Path] = []
     skipped: list[Skipped] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    def unlistable(e: OSError) -> None:
+        rel = Path(e.filename or root).relative_to(root).as_posix()
+        skipped.append(Skipped(rel + "/", f"unreadable folder: {e.strerror or e}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         base = Path(dirpath)
         keep_dirs = []
         for d in sorted(dirnames):
             rel = (base / d).relative_to(root).as_posix()
-            if d.startswith(".") and not _opens(rel, include):
+            if (base / d).is_symlink():
+                skipped.append(Skipped(rel + "/", "symbolic link to a folder (not followed)"))
+            elif d.startswith(".") and not _opens(rel, include):
                 n = sum(len(f) for _, _, f in os.walk(base / d))
                 skipped.append(Skipped(rel + "/", f"hidden folder ({n} file{'s' * (n != 1)})"))
             else:
@@ -174,12 +184,41 @@ def check_source(source: str | os.PathLike[str]) -> Path:
     if not src.exists():
         raise FileNotFoundError(f"source not found: {src} (give a folder of .txt/.md files "
                                 "or a BEIR corpus.jsonl)")
+    if src.is_dir() and not os.access(src, os.R_OK | os.X_OK):
+        raise PermissionError(f"source is not readable: {src}")
     if corpus_file(src) is None and not src.is_dir():
         raise FileNotFoundError(f"source must be a folder of .txt/.md files or a BEIR "
                                 f"corpus.jsonl: {src}")
-    target = corpus_file(src) or src
-    if not os.access(target, os.R_OK | (os.X_OK if target.is_dir() else 0)):
-        raise PermissionError(f"source is not readable: {target}")
+    corpus = corpus_file(src)
+    if corpus is not None and not os.access(corpus, os.R_OK):
+        raise PermissionError(f"source is not readable: {corpus}")
+    return src
+
+
+def check_documents(source: str | os.PathLike[str], include: Sequence[str] = ()) -> Path:
+    """:func:`check_source`, plus: the source holds at least one entry to read.
+
+    An empty source is an error rather than an empty ingest, so a wrong or unmounted path
+    never creates an empty collection, and never lets a prune remove everything.
+
+    Raises:
+        FileNotFoundError: as :func:`check_source`, or when nothing would be read (the
+            message counts the skipped files and names ``--include``).
+        ValueError: if ``include`` is given for a BEIR corpus (it applies to folders).
+    """
+    src = check_source(source)
+    if corpus_file(src) is not None:
+        if include:
+            raise ValueError(f"include patterns apply to folders of text files, not to the "
+                             f"BEIR corpus in {src}")
+        if count_source(src) == 0:
+            raise FileNotFoundError(f"no documents in {corpus_file(src)}: the file is empty")
+        return src
+    listing = list_folder(src, include)
+    if not listing.files:
+        raise FileNotFoundError(f"no documents in {src}: no .txt/.md file "
+                                f"({len(listing.skipped)} other entries skipped; --include "
+                                "PATTERN reads other files)")
     return src
 
 
@@ -294,6 +333,7 @@ def read_beir_lines(lines: Iterable[bytes]) -> Iterator[SourceDoc]:
         yield SourceDoc(doc_id, text, meta)
 
 
-__all__ = ["TEXT_SUFFIXES", "FolderListing", "Skipped", "SourceDoc", "check_source",
+__all__ = ["TEXT_SUFFIXES", "FolderListing", "Skipped", "SourceDoc", "check_documents",
+           "check_source",
            "content_error", "corpus_file", "count_source", "file_doc", "list_folder",
            "read_beir_lines", "read_source"]

@@ -224,3 +224,63 @@ def test_htpembeddings_never_ignores_an_argument(tiny_model_dir: str) -> None:
         emb.embed_query(["hello"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="index 1 is no content"):
         emb.embed_documents(["fine text", "\x00\x00\x00"])
+
+
+def test_edge_cases_found_by_trying_it(tmp_path: Path, tiny_model_dir: str) -> None:
+    src = _src(tmp_path / "src")
+    (src / "guide.rst").write_text("A guide about bees.", encoding="utf-8")
+    (src / "linked").symlink_to(tmp_path, target_is_directory=True)  # a cycle if followed
+    db = tmp_path / "db"
+    # a relative model path is stored absolute; an alias is stored by its canonical name
+    rel = os.path.relpath(tiny_model_dir, tmp_path)
+    out = _cli("ingest", str(src), "--db", str(db), "--collection", "edge", "--quiet",
+               "--model", rel, "--method", "vanilla", "--query-instruction", "",
+               "--include", "*.rst", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "skipped linked/: symbolic link to a folder (not followed)" in out.stderr
+    settings = json.loads(_cli("collections", "--db", str(db), "--json",
+                               cwd=tmp_path).stdout)["settings"]
+    assert settings["model_name"] == str(Path(tiny_model_dir).resolve())
+    assert settings["method"] == "vanilla-mean" and settings["query_instruction"] is None
+    same = _cli("ingest", str(src), "--db", str(db), "--collection", "edge", "--quiet",
+                "--model", tiny_model_dir + "/", "--method", "vanilla-mean", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr[-2000:]  # same settings, spelled otherwise
+    # a file skipped by this run (no --include now) is not "gone": --prune keeps it
+    kept = _cli("ingest", str(src), "--db", str(db), "--collection", "edge", "--quiet",
+                "--prune", cwd=tmp_path)
+    assert kept.returncode == 0 and "0 stale" in kept.stdout, kept.stdout
+    assert _ids(db, "edge") == {"a.txt", "b.txt", "guide.rst"}
+    # an empty source is an error: it never creates a collection nor prunes one
+    (tmp_path / "empty").mkdir()
+    _one_line_error(_cli("ingest", str(tmp_path / "empty"), "--db", str(db), "--collection",
+                         "edge", "--prune", cwd=tmp_path), "no documents in")
+    _one_line_error(_cli("ingest", str(tmp_path / "empty"), "--db", str(db), "--collection",
+                         "new-one", "--model", tiny_model_dir, cwd=tmp_path), "no documents")
+    assert _ids(db, "edge") == {"a.txt", "b.txt", "guide.rst"} and "new-one" not in _names(db)
+    # --db naming a file is one line; a collection made without htp-retrieval can be dropped
+    (tmp_path / "dbfile").write_text("x")
+    _one_line_error(_cli("ingest", str(src), "--db", str(tmp_path / "dbfile"), cwd=tmp_path),
+                    "is a file")
+    make_client(str(db)).create_collection("plain", embedding_function=None)
+    _one_line_error(_cli("query", "bees", "--db", str(db), "--collection", "plain",
+                         cwd=tmp_path), "not created by htp-retrieval", "htp-retrieval drop")
+    dropped = _cli("drop", "plain", "--db", str(db), "--yes", cwd=tmp_path)
+    assert dropped.returncode == 0 and "plain" not in _names(db)
+    _one_line_error(_cli("ingest", str(src), "--db", str(db), "--collection", "edge",
+                         "--threads", "-1", cwd=tmp_path), "--threads")
+
+
+def test_llamaindex_batch_and_carried_over_names(tiny_model_dir: str) -> None:
+    pytest.importorskip("llama_index.core")
+    from htp_retrieval.integrations import HTPEmbeddings
+
+    emb = HTPEmbeddings(model_name=tiny_model_dir, text_instruction="Represent the note",
+                        dtype="float32")
+    assert emb.document_instruction == "Represent the note"
+    with pytest.raises(TypeError, match="single str"):
+        emb.get_text_embedding_batch("hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="index 1 is int"):
+        emb.embed_documents(["fine", 2])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="dtype 'junk'"):
+        emb.dtype = "junk"  # assignments are validated too
+    assert len(emb.get_text_embedding_batch(["one note", "another note"])) == 2
