@@ -284,3 +284,20 @@ def test_llamaindex_batch_and_carried_over_names(tiny_model_dir: str) -> None:
     with pytest.raises(ValueError, match="dtype 'junk'"):
         emb.dtype = "junk"  # assignments are validated too
     assert len(emb.get_text_embedding_batch(["one note", "another note"])) == 2
+
+
+def test_eval_quiet_prints_no_bar(tmp_path: Path, tiny_model_dir: str) -> None:
+    beir = tmp_path / "tiny-beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"Note {i} about bees and honey."})
+        + "\n" for i in range(4)), encoding="utf-8")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "bees"}) + "\n",
+                                        encoding="utf-8")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td1\t1\n",
+                                             encoding="utf-8")
+    out = _cli("eval", "--data", str(beir), "--model", tiny_model_dir, "--methods",
+               "vanilla-mean", "--output", str(tmp_path / "results"), "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Loading weights" not in out.stderr and "%|" not in out.stderr, out.stderr
+    assert "NDCG@10" in out.stdout + out.stderr
