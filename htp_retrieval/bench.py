@@ -54,7 +54,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from htp_retrieval.models import DTypeName
+from htp_retrieval.dtypes import DTypeArg, resolve_dtype
+from htp_retrieval.models import pick_device
 
 LongSource = Literal["scifact", "essays"]
 """Text of the long documents: concatenated SciFact documents or Paul Graham essays."""
@@ -64,6 +65,17 @@ RAW_MASKED = "raw-masked"
 RAW_METHODS = (RAW, RAW_FULL, RAW_MASKED)
 RAW_ON = "raw@"
 """``raw@<method>``: the raw forward on that method's own batches (its token floor)."""
+
+
+ST_MEAN = "st-mean"
+"""The sentence-transformers peer: ``SentenceTransformer([models.Transformer(same weights),
+models.Pooling("mean")])`` over the same texts, what a user would run instead of
+vanilla-mean (full depth, plain text without a chat template, its own padding mask)."""
+
+
+def is_external(name: str) -> bool:
+    """Whether ``name`` is a peer library's entry (not an :class:`HTPEncoder` method)."""
+    return name == ST_MEAN
 
 
 def is_raw(name: str) -> bool:
@@ -293,6 +305,52 @@ def raw_forward(
             body(input_ids=ids, attention_mask=mask if masked else None, use_cache=False)
 
 
+def sentence_transformer(model: str, *, device: str, dtype: str, max_length: int) -> Any:
+    """The sentence-transformers peer of vanilla-mean: the same weights, mean pooling.
+
+    ``SentenceTransformer([models.Transformer(path), models.Pooling(dim, "mean")])`` on the
+    model's local directory (a packaged model's converted safetensors), in ``dtype`` with
+    SDPA attention, on plain text (no chat template), at full depth, truncating to
+    ``max_length`` tokens.
+
+    Raises:
+        ImportError: if sentence-transformers is missing.
+    """
+    import torch
+
+    from htp_retrieval.models import resolve_model_path
+
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the st-mean entry needs sentence-transformers: "
+                          "pip install sentence-transformers") from e
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:  # pragma: no cover - older releases
+        from sentence_transformers import models  # type: ignore[no-redef]
+    path, _ = resolve_model_path(model)
+    kw: dict[str, Any] = {"model_kwargs": {"dtype": getattr(torch, dtype),
+                                           "attn_implementation": "sdpa"},
+                          "max_seq_length": max_length}
+    try:  # sentence-transformers >= 6: plain text, not the chat template of an instruct model
+        word = models.Transformer(
+            path, modality_config={"text": {"method": "forward",
+                                            "method_output_name": "last_hidden_state"}},
+            module_output_name="token_embeddings", **kw)
+        dim = word.get_embedding_dimension()
+    except TypeError:  # pragma: no cover - sentence-transformers < 6
+        word = models.Transformer(path, max_seq_length=max_length,
+                                  model_args={"torch_dtype": getattr(torch, dtype),
+                                              "attn_implementation": "sdpa"})
+        dim = word.get_word_embedding_dimension()
+    tok = word.tokenizer
+    if getattr(tok, "pad_token", None) is None:  # pragma: no cover - model dependent
+        tok.pad_token = tok.eos_token
+    return SentenceTransformer(modules=[word, models.Pooling(dim, pooling_mode="mean")],
+                               device=device).eval()
+
+
 # ----------------------------------------------------------------------------- measurement
 @dataclass
 class Run:
@@ -324,7 +382,8 @@ class MethodFigures:
         padding_fraction: ``1 - input_tokens / padded_tokens``.
         tokens_per_second: ``text_tokens / median_seconds``.
         breakdown: Median seconds of ``tokenize``, ``segment``, ``layout``, ``prepare``,
-            ``forward``, ``copies`` and ``pool`` (from ``EncodeStats``).
+            ``forward``, ``copies``, ``pool``, ``inputs`` (batch tensors) and ``wait`` (the
+            forward loop waiting for prepared batches) from ``EncodeStats``.
         n_batches: Batches per run.
         peak_memory_bytes: Peak memory above the post-load level, in bytes (``None`` when
             not measured).
@@ -377,14 +436,18 @@ class Bench:
         max_tokens_per_batch: int = 16384,
         device_map: str | None = None,
         max_padding: float = 0.1,
+        pipeline: bool | None = None,
+        prepare_window: int | None = None,
     ) -> None:
         from htp_retrieval.encoder import HTPEncoder
 
         self.methods = list(methods)
         kw: dict[str, Any] = dict(device=device, dtype=dtype, batch_size=batch_size,
                                   max_tokens_per_batch=max_tokens_per_batch,
-                                  device_map=device_map, max_padding=max_padding)
-        names = [m for m in self.methods if not is_raw(m)]
+                                  device_map=device_map, max_padding=max_padding,
+                                  pipeline=pipeline, prepare_window=prepare_window)
+        self.batch_size = batch_size
+        names = [m for m in self.methods if not is_raw(m) and not is_external(m)]
         for m in self.methods:  # the raw forwards use these methods' batches
             if is_raw(m) and raw_source(m) not in names:
                 names.append(raw_source(m))
@@ -395,11 +458,18 @@ class Bench:
         self.model = self.reference.model
         self.device = str(self.reference.model.get_input_embeddings().weight.device)
         self._raw: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
+        self.st: Any = None
+        if ST_MEAN in self.methods:
+            self.st = sentence_transformer(model, device=self.device,
+                                           dtype=str(self.model.dtype).replace("torch.", ""),
+                                           max_length=self.reference.max_length)
 
     def set_length(self, length: int) -> None:
         """Truncate every text to ``length`` text tokens from now on."""
         for enc in self.encoders.values():
             enc.max_length = length
+        if self.st is not None:
+            self.st.max_seq_length = length
         self._raw = {}
 
     def _raw_inputs(self, name: str, texts: Sequence[str]) -> list[tuple[Any, Any]]:
@@ -419,6 +489,13 @@ class Bench:
             raw_forward(self.model, batches, n_layers=depth, masked=method == RAW_MASKED)
             _sync(self.device)
             return Run(time.perf_counter() - t0, time.process_time() - c0)
+        if is_external(method):
+            _sync(self.device)
+            c0, t0 = time.process_time(), time.perf_counter()
+            self.st.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                           show_progress_bar=False)
+            _sync(self.device)
+            return Run(time.perf_counter() - t0, time.process_time() - c0)
         enc = self.encoders[method]
         _sync(self.device)
         c0, t0 = time.process_time(), time.perf_counter()
@@ -429,7 +506,18 @@ class Bench:
         return Run(seconds, time.process_time() - c0, st)
 
     def raw_counts(self, name: str, texts: Sequence[str]) -> dict[str, int]:
-        """Token counts of a raw entry's batches (those of its source method)."""
+        """Token counts of a raw entry's batches (those of its source method); for the
+        sentence-transformers peer, vanilla-mean's text tokens and its own inputs."""
+        if is_external(name):
+            feats = self.st.preprocess(list(texts))
+            lens = feats["attention_mask"].sum(1).tolist()
+            text = sum(lay.n_text_tokens for lay in self.reference.build_layouts(list(texts)))
+            order = sorted(lens, reverse=True)  # ST sorts by length, pads per batch
+            padded = sum(len(order[i:i + self.batch_size]) * order[i]
+                         for i in range(0, len(order), self.batch_size))
+            return {"text_tokens": text, "input_tokens": int(sum(lens)),
+                    "padded_tokens": int(padded),
+                    "n_batches": -(-len(order) // self.batch_size)}
         layouts = self.encoders[raw_source(name)].build_layouts(list(texts))
         batches = self._raw_inputs(name, texts)
         return {
@@ -438,6 +526,23 @@ class Bench:
             "padded_tokens": sum(int(ids.numel()) for ids, _ in batches),
             "n_batches": len(batches),
         }
+
+    def prepare(self, method: str, texts: Sequence[str]) -> Run:
+        """Time the preparation alone (:meth:`HTPEncoder.build_layouts`: tokenize,
+        segment, lay out) of ``method`` on ``texts``; ``stats`` holds the token counts and
+        the per-step seconds."""
+        from htp_retrieval.encoder import EncodeStats
+
+        enc = self.encoders[method]
+        st = EncodeStats(n_texts=len(texts))
+        c0, t0 = time.process_time(), time.perf_counter()
+        layouts = enc.build_layouts(list(texts), stats=st)
+        seconds = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        st.prepare_seconds = seconds
+        st.text_tokens = sum(lay.n_text_tokens for lay in layouts)
+        st.input_tokens = sum(len(lay) for lay in layouts)
+        return Run(seconds, cpu, asdict(st))
 
     def warm_up(self, texts: Sequence[str], length: int) -> None:
         """Run every method once on up to two texts cut to ``min(length, 512)`` tokens."""
@@ -489,11 +594,11 @@ def figures(method: str, runs: Sequence[Run], counts: dict[str, int] | None = No
     """Median figures of the repeats of one method."""
     secs = [r.seconds for r in runs]
     med = _median(secs)
-    if is_raw(method):
+    if is_raw(method) or is_external(method):
         assert counts is not None
         text, inp, padded, nb = (counts["text_tokens"], counts["input_tokens"],
                                  counts["padded_tokens"], counts["n_batches"])
-        breakdown = {"forward": med}
+        breakdown = {"forward": med} if is_raw(method) else {}
     else:
         st = runs[0].stats
         text, inp, padded, nb = (st["text_tokens"], st["input_tokens"], st["padded_tokens"],
@@ -501,8 +606,8 @@ def figures(method: str, runs: Sequence[Run], counts: dict[str, int] | None = No
         keys = {"tokenize": "tokenize_seconds", "segment": "segment_seconds",
                 "layout": "layout_seconds", "prepare": "prepare_seconds",
                 "forward": "forward_seconds", "copies": "copy_seconds",
-                "pool": "pool_seconds"}
-        breakdown = {k: _median([r.stats[v] for r in runs]) for k, v in keys.items()}
+                "pool": "pool_seconds", "inputs": "inputs_seconds", "wait": "wait_seconds"}
+        breakdown = {k: _median([r.stats.get(v, 0.0) for r in runs]) for k, v in keys.items()}
     return MethodFigures(
         method=method, seconds=secs, median_seconds=med,
         cpu_seconds=_median([r.cpu_seconds for r in runs]),
@@ -746,8 +851,8 @@ def check_targets(setting: dict[str, Any]) -> list[dict[str, Any]]:
         add("vanilla_throughput_vs_raw", r["vanilla-mean"]["throughput_vs_raw"], upper=False)
     if "echo-mean" in r:
         add("echo_time_vs_vanilla", r["echo-mean"]["time_vs_vanilla"])
-    worst = max((f["padding_fraction"] for k, f in m.items() if not is_raw(k)),
-                default=None)
+    worst = max((f["padding_fraction"] for k, f in m.items()
+                 if not is_raw(k) and not is_external(k)), default=None)
     add("padding_fraction", worst)
     return rows
 
@@ -767,8 +872,8 @@ def format_setting(setting: dict[str, Any]) -> str:
         "",
         "| method | s (median) | text tok/s | input tokens | peak MiB | x vanilla time "
         "| x vanilla mem | x raw time | x own raw | padding | prepare s | forward s "
-        "| copies s | pool s |",
-        "|" + "---|" * 14,
+        "| copies s | pool s | wait s |",
+        "|" + "---|" * 15,
     ]
     for name, f in setting["methods"].items():
         r = setting["ratios"][name]
@@ -781,7 +886,8 @@ def format_setting(setting: dict[str, Any]) -> str:
             f"| {_fmt(r['time_vs_raw'])} | {_fmt(r.get('time_vs_own_raw'))} "
             f"| {100 * f['padding_fraction']:.1f}% "
             f"| {_fmt(b.get('prepare'), '.3f')} | {_fmt(b.get('forward'), '.2f')} "
-            f"| {_fmt(b.get('copies'), '.3f')} | {_fmt(b.get('pool'), '.3f')} |")
+            f"| {_fmt(b.get('copies'), '.3f')} | {_fmt(b.get('pool'), '.3f')} "
+            f"| {_fmt(b.get('wait'), '.3f')} |")
     if setting["targets"]:
         lines += ["", "| target | value | limit | |", "|---|---|---|---|"]
         for t in setting["targets"]:
@@ -886,15 +992,25 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
+        if is_external(m):
+            continue
         if not is_raw(m) or m.startswith(RAW_ON):
             get_method(raw_source(m) if is_raw(m) else m)  # ValueError names valid methods
-    methods = [m if m in RAW_METHODS or m in METHODS
+    methods = [m if m in RAW_METHODS or m in METHODS or is_external(m)
                else RAW_ON + get_method(raw_source(m)).name if is_raw(m)
                else get_method(m).name for m in methods]
+    if getattr(args, "prepare_only", False):
+        methods = [m for m in methods if not is_raw(m) and not is_external(m)]
     lengths = _ints(args.lengths)
+    # the concrete dtype goes into the config and the file name, never "auto"
+    args.dtype = resolve_dtype(args.dtype,
+                               pick_device(args.device) if args.device_map is None else "auto")
+    pipeline = {"auto": None, "on": True, "off": False}[getattr(args, "pipeline", "auto")]
+    window = getattr(args, "prepare_window", None) or None
     bench = Bench(args.model, methods, device=args.device, dtype=args.dtype,
                   batch_size=args.batch_size, max_tokens_per_batch=args.max_tokens_per_batch,
-                  device_map=args.device_map, max_padding=args.max_padding)
+                  device_map=args.device_map, max_padding=args.max_padding,
+                  pipeline=pipeline, prepare_window=window)
     ref = bench.reference
     max_pos = getattr(bench.model.config, "max_position_embeddings", None)
     settings = build_settings(lengths=lengths, tokenizer=ref.tokenizer, data=args.data,
@@ -907,6 +1023,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats, "batch_size": args.batch_size,
         "max_tokens_per_batch": args.max_tokens_per_batch, "max_padding": args.max_padding,
         "device_map": args.device_map,
+        "pipeline": ref.pipeline if pipeline is None else pipeline, "prepare_window": window,
+        "prepare_only": bool(getattr(args, "prepare_only", False)),
         "n_layers": ref.n_layers, "exit_layer": ref.exit_layer, "tp_start": ref.tp_start,
         "tp_exit": ref.tp_exit, "max_position_embeddings": max_pos,
         "memory": "subprocess per method" if not args.no_memory else "not measured",
@@ -919,6 +1037,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         for s in settings:
             load0 = _loadavg()
             bench.set_length(s.length)
+            if config["prepare_only"]:
+                out["settings"].append(_prepare_setting(bench, methods, s, args.repeats, bar,
+                                                        load0))
+                if not args.quiet:
+                    tqdm.write(format_prepare(out["settings"][-1]) + "\n")
+                continue
             bench.warm_up(s.texts, s.length)
             runs: dict[str, list[Run]] = {m: [] for m in methods}
             for rep in range(args.repeats):
@@ -927,7 +1051,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                     bar.set_postfix_str(f"{s.length} {m}")
                     runs[m].append(bench.run(m, s.texts))
                     bar.update(1)
-            figs = {m: figures(m, runs[m], bench.raw_counts(m, s.texts) if is_raw(m) else None)
+            figs = {m: figures(m, runs[m], bench.raw_counts(m, s.texts)
+                               if is_raw(m) or is_external(m) else None)
                     for m in methods}
             text_tokens = bench.raw_counts(RAW, s.texts)["text_tokens"]
             if args.profile:
@@ -935,6 +1060,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                     figs[m].profile = bench.profile(m, s.texts)
             if not args.no_memory:
                 for m in methods:
+                    if is_external(m):  # measured only in this process's timing run
+                        continue
                     bar.set_postfix_str(f"{s.length} {m} memory")
                     res = measure_memory({
                         "model": args.model, "method": m, "texts": s.texts,
@@ -942,6 +1069,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                         "threads": torch.get_num_threads(), "batch_size": args.batch_size,
                         "max_tokens_per_batch": args.max_tokens_per_batch,
                         "device_map": args.device_map, "max_padding": args.max_padding,
+                        "encoder_kwargs": {"pipeline": pipeline, "prepare_window": window},
                     })
                     figs[m].peak_memory_bytes = res["peak_memory_bytes"]
                     figs[m].memory_probe = res["probe"]
@@ -963,10 +1091,73 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _prepare_setting(bench: Bench, methods: Sequence[str], s: Setting, repeats: int,
+                     bar: Any, load0: float) -> dict[str, Any]:
+    """``--prepare-only``: time :meth:`Bench.prepare` of each method, interleaved.
+
+    Returns:
+        ``{"length", "source", "n_texts", "loadavg_start", "loadavg_end", "methods"}``,
+        per method the median wall and process CPU seconds, text tokens, text tokens per
+        second (wall, and per CPU second: the rate per core, as preparation runs on one
+        thread), the median ``tokenize``/``segment``/``layout`` seconds, and the warm-up
+        pass (``first_pass_seconds``; for the first method listed, the process's first
+        pass over these texts, which pays for spaCy's new words and cold tokenizer
+        caches).
+    """
+    # warm-up: segmenter, spaCy vocabulary, tokenizer caches. The first method's warm-up
+    # is the process's first pass over these texts (every word new), kept as "first pass"
+    for m in methods:  # load the sentence splitter outside every timing
+        _ = bench.encoders[m].segmenter
+    first = {m: bench.prepare(m, s.texts) for m in methods}
+    runs: dict[str, list[Run]] = {m: [] for m in methods}
+    for rep in range(repeats):
+        k = rep % len(methods)
+        for m in methods[k:] + methods[:k]:
+            bar.set_postfix_str(f"{s.length} {m} prepare")
+            runs[m].append(bench.prepare(m, s.texts))
+            bar.update(1)
+    figs = {}
+    for m, rs in runs.items():
+        sec = _median([r.seconds for r in rs])
+        cpu = _median([r.cpu_seconds for r in rs])
+        text = rs[0].stats["text_tokens"]
+        figs[m] = {
+            "seconds": [r.seconds for r in rs], "median_seconds": sec, "cpu_seconds": cpu,
+            "text_tokens": text, "input_tokens": rs[0].stats["input_tokens"],
+            "tokens_per_second": text / sec if sec else 0.0,
+            "tokens_per_cpu_second": text / cpu if cpu else 0.0,
+            "first_pass_seconds": first[m].seconds,
+            "first_pass_tokens_per_second": (text / first[m].seconds
+                                             if first[m].seconds else 0.0),
+            "breakdown": {k: _median([r.stats[f"{k}_seconds"] for r in rs])
+                          for k in ("tokenize", "segment", "layout")},
+        }
+    return {"length": s.length, "source": s.source, "n_texts": len(s.texts),
+            "loadavg_start": load0, "loadavg_end": _loadavg(), "methods": figs}
+
+
+def format_prepare(setting: dict[str, Any]) -> str:
+    """Markdown table of one ``--prepare-only`` setting."""
+    lines = [
+        f"### preparation, {setting['length']} tokens ({setting['n_texts']} texts from "
+        f"{setting['source']}, load average {setting['loadavg_start']:.1f} -> "
+        f"{setting['loadavg_end']:.1f})", "",
+        "| method | text tokens | s (median) | text tok/s | text tok per CPU s "
+        "| first pass tok/s | tokenize s | segment s | layout s |", "|" + "---|" * 9]
+    for name, f in setting["methods"].items():
+        b = f["breakdown"]
+        lines.append(f"| {name} | {f['text_tokens']} | {f['median_seconds']:.3f} "
+                     f"| {f['tokens_per_second']:,.0f} | {f['tokens_per_cpu_second']:,.0f} "
+                     f"| {f['first_pass_tokens_per_second']:,.0f} "
+                     f"| {b['tokenize']:.3f} | {b['segment']:.3f} | {b['layout']:.3f} |")
+    return "\n".join(lines)
+
+
 def _stem(args: argparse.Namespace, device: str) -> str:
     model = args.model.replace("/", "__")
     return (f"{model}__{device.split(':')[0]}-{args.dtype}-t{args.threads or 'all'}"
-            f"__len{'-'.join(str(x) for x in _ints(args.lengths))}")
+            f"__len{'-'.join(str(x) for x in _ints(args.lengths))}"
+            + ("__prepare" if getattr(args, "prepare_only", False) else ""))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -982,6 +1173,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(path)
+    if result["config"].get("prepare_only"):
+        for s in result["settings"]:
+            print(format_prepare(s) + "\n")
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
     png = plot([result], out_dir / f"{stem}.png")
     for s in result["settings"]:
         print(format_setting(s) + "\n")
@@ -1023,7 +1219,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                         "depth), raw-masked (with the padding mask) and any method name")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median kept)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
-    p.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName))
+    p.add_argument("--dtype", default="auto", choices=get_args(DTypeArg),
+                   help="weight dtype; auto: bf16 on a GPU with bf16 or a CPU with native bf16 "
+                   "instructions, fp16 on an older GPU, else fp32 (the file name and JSON "
+                   "record the resolved one)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--device-map", default=None,
                    help="from_pretrained device_map, e.g. auto (several GPUs)")
@@ -1036,6 +1235,15 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", action="store_true",
                    help="also run each method once under torch.profiler")
     p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    p.add_argument("--pipeline", default="auto", choices=["auto", "on", "off"],
+                   help="prepare batch n+1 in a background thread while batch n runs (auto: "
+                   "on for CUDA, off on CPU)")
+    p.add_argument("--prepare-window", type=int, default=0,
+                   help="lay out texts in windows of N texts so preparation overlaps the "
+                   "forward pass (0: all texts at once, the default batching)")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="time only the preparation (tokenize, segment, layout) of each method "
+                   "and report text tokens/s per core; no model forward")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_bench)

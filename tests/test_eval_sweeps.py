@@ -121,8 +121,9 @@ def test_max_length_and_k_sweep_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert "| vanilla-mean | - | - |" in table and "| 1.00 | 1.00 |" in table
     files = sorted(p.name for p in out.rglob("*.json"))
     assert files == sorted(
-        [f"vanilla-mean__len{n}__q2d5s0.json" for n in (48, 96)]
-        + [f"htp__len{n}__k{k}__mbt64__q2d5s0.json" for n in (48, 96) for k in (1, 2)])
+        [f"vanilla-mean__len{n}__q2d5s0__float32.json" for n in (48, 96)]
+        + [f"htp__len{n}__k{k}__mbt64__q2d5s0__float32.json" for n in (48, 96)
+           for k in (1, 2)])
     for p in out.rglob("*.json"):
         saved = json.loads(p.read_text())
         assert saved["config"]["command"].startswith("htp-retrieval eval --data")
@@ -159,9 +160,10 @@ def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert "context length 64 tokens" in printed and "| Acc@1 | NDCG@10 |" in printed
     assert "<B-PST>" in printed  # --verbose layout of htp-fixed-tokens
     names = sorted(p.name for p in out.rglob("*.json"))
-    assert names == ["htp-fixed-tokens__ctx128__nauto__q2d4s0.json",
-                     "htp-fixed-tokens__ctx64__nauto__q2d4s0.json",
-                     "vanilla-mean__ctx128__q2d4s0.json", "vanilla-mean__ctx64__q2d4s0.json"]
+    assert names == ["htp-fixed-tokens__ctx128__nauto__q2d4s0__float32.json",
+                     "htp-fixed-tokens__ctx64__nauto__q2d4s0__float32.json",
+                     "vanilla-mean__ctx128__q2d4s0__float32.json",
+                     "vanilla-mean__ctx64__q2d4s0__float32.json"]
     saved = json.loads(next(out.rglob("vanilla-mean__ctx128*.json")).read_text())
     assert saved["dataset"] == "passkey" and saved["config"]["context_length"] == 128
     assert saved["config"]["max_length"] >= 128  # covers the context length
@@ -187,8 +189,8 @@ def test_eval_with_a_calibration_preset(tiny_dir, tmp_path, capsys) -> None:  # 
             "--output", str(out), "--quiet", "--preset", str(preset)]
     assert main(argv) == 0
     names = sorted(p.name for p in out.rglob("*.json"))
-    assert names == ["htp__len48__preset-from-12-layers__q2d5s0.json",
-                     "vanilla-mean__len48__preset-from-12-layers__q2d5s0.json"]
+    assert names == ["htp__len48__preset-from-12-layers__q2d5s0__float32.json",
+                     "vanilla-mean__len48__preset-from-12-layers__q2d5s0__float32.json"]
     cfg = {p.name.split("__")[0]: json.loads(p.read_text())["config"] for p in out.rglob("*.json")}
     assert (cfg["htp"]["tp_start"], cfg["htp"]["tp_exit"]) == (1, 4)  # scaled 12 -> 6 layers
     assert cfg["htp"]["exit_layer"] == cfg["vanilla-mean"]["exit_layer"] == 5

@@ -101,7 +101,7 @@ def test_readme_htp_command_with_verbose(tiny_dir, tmp_path, capsys) -> None:  #
     assert "[htp-last] layout of one document" in out and "<B-PST> <B-PST>" in out
     assert "| htp-last |" in out
     (path,) = tmp_path.rglob("*.json")
-    assert path.name == "htp-last__len512__tp1-5__out-3__q2d5s0.json"  # mistral preset, exit -3
+    assert path.name == "htp-last__len512__tp1-5__out-3__q2d5s0__float32.json"  # mistral preset, exit -3
     saved = json.loads(path.read_text())
     assert saved["dataset"] == "scifact" and saved["config"]["method"] == "htp-last"
     assert saved["config"]["tp_start"] == 1 and saved["config"]["output_layer"] == -3
@@ -142,9 +142,9 @@ def test_sts_longembed_and_synthetic_scripts(tiny_dir, tmp_path, capsys) -> None
     assert "### passkey (test), context length 64 tokens" in printed
     by_dataset = {json.loads(p.read_text())["dataset"]: p.name for p in tmp_path.rglob("*.json")}
     # smollm2-tp leaves tp_start and the exit layer to the model preset (empty in the name)
-    assert by_dataset == {"stsb": "htp-last__len512__tp-5__q8d5s0.json",
-                          "qmsum": "htp-last__len64__tp-5__q2d5s0.json",
-                          "passkey": "htp-last__ctx64__tp-5__q2d5s0.json"}
+    assert by_dataset == {"stsb": "htp-last__len512__tp-5__q8d5s0__float32.json",
+                          "qmsum": "htp-last__len64__tp-5__q2d5s0__float32.json",
+                          "passkey": "htp-last__ctx64__tp-5__q2d5s0__float32.json"}
 
 
 def test_pooling_override_and_config_errors(tmp_path) -> None:  # noqa: ANN001

