@@ -744,7 +744,24 @@ def ingest(
             if len(batch) >= batch_size:
                 flush()
         flush()
-    stale = stale_ids(col, seen_ids, report.skipped)
+    return finish_report(report, col, seen_ids, prune=prune)
+
+
+def finish_report(report: IngestReport, col: Any, seen: set[str], *, prune: bool
+                  ) -> IngestReport:
+    """Fill a report's ``stale`` (or, with ``prune``, delete them and fill ``pruned``) and
+    ``count``, once every source entry has been read.
+
+    Args:
+        report: The running report (its ``skipped`` list is read).
+        col: The collection.
+        seen: Ids of every entry read from the source, rejected ones included.
+        prune: Delete the stale ids.
+
+    Returns:
+        ``report``.
+    """
+    stale = stale_ids(col, seen, report.skipped)
     if prune and stale:
         for i in range(0, len(stale), 1000):
             col.delete(ids=stale[i : i + 1000])
@@ -828,5 +845,6 @@ __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc
            "prepare_collection", "get_collection", "resolve_settings", "list_collections",
            "drop_collection", "CollectionInfo", "check_collection_name",
            "collection_embedding_function", "EF_NAME", "TEXT_SUFFIXES", "file_doc",
-           "read_beir_lines", "write_batch", "SettingsConflictError",
+           "read_beir_lines", "write_batch", "finish_report", "stale_ids",
+           "SettingsConflictError",
            "CollectionNotFoundError", "DatabaseNotFoundError"]

@@ -47,9 +47,9 @@ from htp_retrieval.integrations.chroma import (
     IngestReport,
     Rejected,
     SourceDoc,
+    finish_report,
     make_client,
     prepare_collection,
-    stale_ids,
     write_batch,
 )
 from htp_retrieval.integrations.sources import (
@@ -312,16 +312,8 @@ def ingest_ray(
         if started:
             ray.shutdown()
     report.rejected.sort(key=lambda r: r.id)
-    stale = stale_ids(col, seen_ids, report.skipped)
-    if prune and stale:
-        for i in range(0, len(stale), 1000):
-            col.delete(ids=stale[i : i + 1000])
-        report.pruned = stale
-    else:
-        report.stale = stale
     report.workers = len(workers)
-    report.count = col.count()
-    return report
+    return finish_report(report, col, seen_ids, prune=prune)
 
 
 __all__ = ["COLUMNS", "EmbedWriter", "RayIngestReport", "ingest_ray", "read_documents"]
