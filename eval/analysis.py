@@ -35,6 +35,7 @@ from typing import Any, get_args
 
 import numpy as np
 
+from htp_retrieval.eval.calibrate import FIXED_LENGTH
 from htp_retrieval.layout import parse_long_budget
 from htp_retrieval.models import DTypeName
 
@@ -258,7 +259,7 @@ def _plot(series: dict[str, list[float]], path: Path, *, ylabel: str, title: str
 def cmd_norms(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    enc = HTPEncoder(args.model, args.method, output_layer=-1, dtype=args.dtype)
+    enc = HTPEncoder(args.model, args.method, output_layer=-1, dtype=args.dtype, **FIXED_LENGTH)
     prof = norm_profile(enc, _texts(args))
     out = Path(args.output) / args.model.replace("/", "__")
     out.mkdir(parents=True, exist_ok=True)
@@ -278,11 +279,11 @@ def cmd_norms(args: argparse.Namespace) -> int:
 def cmd_drift(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    ref = HTPEncoder(args.model, "vanilla-mean", output_layer=-1)
+    ref = HTPEncoder(args.model, "vanilla-mean", output_layer=-1, **FIXED_LENGTH)
     texts = _texts(args)
     series = {}
     for m in args.methods.split(","):
-        enc = HTPEncoder(args.model, m, output_layer=-1)
+        enc = HTPEncoder(args.model, m, output_layer=-1, **FIXED_LENGTH)
         series[m] = drift_profile(enc, ref, texts)
     out = Path(args.output) / args.model.replace("/", "__")
     out.mkdir(parents=True, exist_ok=True)
@@ -484,7 +485,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             continue
         seen.add(name)
         path = out / f"{name}.json"
-        enc = HTPEncoder(args.model, **ekw)
+        enc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw})
         if "max_length" not in ekw:
             if max_length is None:  # needle/passkey, measured with this model's tokenizer
                 max_length = encode_length(enc, data, context_length=synthetic[1])
@@ -499,7 +500,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                     f"({diff}), e.g. under an earlier default; pass --overwrite to recompute "
                     "it with the current ones, or give the variant another name")
         else:
-            qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else None
+            qenc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, "method": qmethod}) if qmethod else None
             # Variants that differ only on the query side share one corpus encode: the
             # corpus is checkpointed under a key of the document encoder's config.
             corpus = corpus_checkpoint(out, enc, rkw.get("document_instruction"))

@@ -24,6 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+FIXED_LENGTH: dict[str, Any] = {"max_length": 512, "overflow": "truncate"}
+"""Encoder length settings of calibration runs: the first 512 tokens, as ``eval`` reads
+SciFact (a long set passes its own ``max_length``)."""
+
 PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks",
                "min_block_tokens", "long_budget", "short_budget", "k", "bare_prefix")
 
@@ -409,7 +413,7 @@ def calibrate(
 
     log = log or sys.stderr
     t_begin = time.perf_counter()
-    probe = HTPEncoder(model, "htp")
+    probe = HTPEncoder(model, "htp", max_length=512, overflow="truncate")
     n_layers = probe.n_layers
     cur: dict[str, Any] = dict(start or {"tp_start": probe.tp_start, "tp_exit": probe.tp_exit,
                                          "output_layer": probe.output_layer,
@@ -431,10 +435,10 @@ def calibrate(
     def ndcg_pair(settings: dict[str, Any], split_data: Any, split_name: str,
                   tag: str | None, lengths: dict[str, int]) -> tuple[float, float]:
         """HTP and vanilla-mean (cached per exit layer) NDCG@10 on one split."""
-        enc = HTPEncoder(model, "htp", **settings, **lengths)
+        enc = HTPEncoder(model, "htp", **settings, **{**FIXED_LENGTH, **lengths})
         if (tag, enc.exit_layer) not in vanilla_at:
             van = HTPEncoder(model, "vanilla-mean", output_layer=settings["output_layer"],
-                             **lengths)
+                             **{**FIXED_LENGTH, **lengths})
             ndcg = run_retrieval(van, split_data, split=split_name,
                                  show_progress_bar=False).scores["NDCG@10"]
             vanilla_at[tag, enc.exit_layer] = ndcg

@@ -88,7 +88,8 @@ def cmd_mteb(args: argparse.Namespace) -> int:
     model = HTPMtebEncoder(
         args.model, None, device=args.device, method=args.method, on_empty=args.on_empty,
         k=args.k, tokens_per_block=args.tokens_per_block, segmenter=args.segmenter,
-        max_length=args.max_length, tp_start=args.tp_start, tp_exit=args.tp_exit,
+        max_length=args.max_length or 512, overflow=args.overflow, tp_start=args.tp_start,
+        tp_exit=args.tp_exit,
         output_layer=args.output_layer, dtype=args.dtype, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, max_blocks=args.max_blocks,
         min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,

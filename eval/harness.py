@@ -568,7 +568,7 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
         long_budget=settings.long_budget if _spec_uses_k(point.method) else None,
         short_budget=settings.short_budget if _spec_uses_k(point.method) else None,
-        max_length=point.max_length or item.context_length or 512,
+        max_length=point.max_length or item.context_length or 512, overflow="truncate",
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
         padding_side=settings.padding_side,  # type: ignore[arg-type]

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from htp_retrieval.eval.calibrate import FIXED_LENGTH
+
 
 def hub_report(
     q_emb: np.ndarray,
@@ -175,13 +177,13 @@ def cmd_hubs(args: argparse.Namespace) -> int:
     rows = []
     for spec in specs:
         name, ekw, rkw = parse_variant(spec)
-        enc = HTPEncoder(args.model, **ekw)
+        enc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw})
         if "max_length" not in ekw:
             if max_length is None:
                 max_length = encode_length(enc, data, context_length=synthetic[1])
             ekw["max_length"] = enc.max_length = max_length
         qmethod = rkw.pop("query_method", None)
-        qenc = HTPEncoder(args.model, **{**ekw, "method": qmethod}) if qmethod else enc
+        qenc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, "method": qmethod}) if qmethod else enc
         qi, di = task_instructions(data.name)
         qi = rkw.get("query_instruction", qi)
         di = rkw.get("document_instruction", di)

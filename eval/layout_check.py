@@ -67,6 +67,7 @@ def _encoder_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     spec = METHODS[config["method"]]
     kw: dict[str, Any] = {
         "max_length": int(config["max_length"]),
+        "overflow": "truncate",
         "segmenter": config.get("segmenter") or "sentencizer",
         "keep_sink": config.get("keep_sink", True),
         "max_blocks": config.get("max_blocks") or 0,
@@ -188,7 +189,8 @@ def check_record(
         raise ValueError(f"{p}: {e}") from e
     name = config["model"]
     if name not in cache:
-        cache[name] = HTPEncoder(name, method, max_length=int(config["max_length"]))
+        cache[name] = HTPEncoder(name, method, max_length=int(config["max_length"]),
+                                 overflow="truncate")
     base = cache[name]
     kw = _encoder_kwargs(config)
     run = HTPEncoder(base.model, method, tokenizer=base.tokenizer, **kw)

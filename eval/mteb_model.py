@@ -160,7 +160,8 @@ class HTPMtebEncoder(AbsEncoder):
         if encoder is None:
             from htp_retrieval.encoder import HTPEncoder
 
-            encoder = HTPEncoder(model_name, method, device=device or "auto", **encoder_kwargs)
+            encoder = HTPEncoder(model_name, method, device=device or "auto",
+                                 **{"max_length": 512, "overflow": "truncate", **encoder_kwargs})
         if on_empty not in ("error", "zeros"):
             raise ValueError(f"on_empty must be 'error' or 'zeros', got {on_empty!r}")
         self.encoder = encoder

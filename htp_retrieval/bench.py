@@ -444,7 +444,7 @@ class Bench:
         self.methods = list(methods)
         kw: dict[str, Any] = dict(device=device, dtype=dtype, batch_size=batch_size,
                                   max_tokens_per_batch=max_tokens_per_batch,
-                                  device_map=device_map, max_padding=max_padding,
+                                  device_map=device_map, max_padding=max_padding, overflow="truncate",
                                   pipeline=pipeline, prepare_window=prepare_window)
         self.batch_size = batch_size
         names = [m for m in self.methods if not is_raw(m) and not is_external(m)]
@@ -721,6 +721,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
                      batch_size=spec["batch_size"],
                      max_tokens_per_batch=spec["max_tokens_per_batch"],
                      device_map=spec.get("device_map"), max_length=spec["max_length"],
+                     overflow="truncate",
                      max_padding=spec.get("max_padding", 0.1),
                      **spec.get("encoder_kwargs", {}))
     texts = spec["texts"]

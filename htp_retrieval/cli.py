@@ -86,6 +86,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
     enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
+                     overflow=args.overflow,
                      tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
                      min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
                      short_budget=args.short_budget, tp_start=args.tp_start, tp_exit=args.tp_exit,
@@ -233,7 +234,12 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
                        help="N for htp-fixed-tokens; comma list; 'auto' = text tokens // "
                        "sentences per document (paper Fig. 7)")
     else:
-        p.add_argument("--max-length", type=int, default=512, help="max text tokens per text")
+        p.add_argument("--max-length", type=int, default=None,
+                       help="text tokens per forward pass (default: the model's context "
+                       "window, at most 8,064)")
+        p.add_argument("--overflow", choices=["window", "truncate", "error"], default="window",
+                       help="a longer text: embed it in overlapping windows (default), "
+                       "truncate it with a warning, or stop with an error")
         p.add_argument("--k", type=int, default=None, help="sentences per block (K)")
         p.add_argument("--tokens-per-block", type=int, default=None,
                        help="N for htp-fixed-tokens")

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from htp_retrieval.chunking import Chunk, chunk_token_ranges
 from htp_retrieval.layout import (
     Layout,
     TemplateIds,
@@ -37,6 +38,14 @@ from htp_retrieval.layout import (
     sentence_block_starts,
     token_block_starts,
     token_sentence_array,
+)
+from htp_retrieval.long_text import (
+    OVERFLOWS,
+    Overflow,
+    block_starts_for_chunks,
+    default_max_length,
+    late_windows,
+    overlapping_windows,
 )
 from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import (
@@ -105,6 +114,10 @@ class EncodeStats:
             call began, ``[n_batches]``.
         prepare_timeline: ``(start, end)`` of each batch's preparation (its window's layout
             included for the window's first batch), seconds since the call began.
+        truncated: ``(text index, tokens before truncation)`` of each text cut to
+            ``max_length`` (``overflow="truncate"``).
+        windowed: Texts embedded in overlapping windows (``overflow="window"``).
+        n_windows: Windows those texts were cut into.
     """
 
     n_texts: int = 0
@@ -125,6 +138,9 @@ class EncodeStats:
     pipelined: bool = False
     timeline: list[tuple[float, float]] = field(default_factory=list)
     prepare_timeline: list[tuple[float, float]] = field(default_factory=list)
+    truncated: list[tuple[int, int]] = field(default_factory=list)
+    windowed: int = 0
+    n_windows: int = 0
 
     @property
     def padding_fraction(self) -> float:
@@ -279,8 +295,15 @@ class HTPEncoder:
         tokens_per_block: N for fixed-token blocks, or ``"auto"``: per document
             N = text tokens // sentence blocks (paper Fig. 7).
         segmenter: Sentence splitter name or object (``sentencizer`` default).
-        max_length: Maximum text tokens kept per text (placeholders and templates come on
-            top and are never cut).
+        max_length: Text tokens per forward pass (placeholders and templates come on top
+            and are never cut). ``None`` (default): the model's context window less 128
+            tokens for them, at most 8192 (:func:`~htp_retrieval.long_text.default_max_length`).
+        overflow: What a longer text gets (:data:`~htp_retrieval.long_text.Overflow`):
+            ``window`` (default) embeds it whole in overlapping windows of ``max_length``
+            tokens, averaged by token count; ``truncate`` keeps the first ``max_length``
+            tokens and logs a warning naming the text and the tokens dropped
+            (:attr:`EncodeStats.truncated`); ``error`` raises ``ValueError``. Evaluations
+            at a fixed length (LongEmbed's protocol) truncate.
         tp_start: First layer receiving copies (default: the model family's preset).
         tp_exit: Copies stop before this layer (exclusive; default: preset).
         output_layer: Early exit as ``hidden_states[output_layer]`` (default: preset, e.g.
@@ -344,7 +367,8 @@ class HTPEncoder:
             (default): all texts of a call at once, the batches of earlier versions.
 
     Raises:
-        ValueError: for an unknown method, an invalid layer range or padding side.
+        ValueError: for an unknown method, an invalid layer range, padding side or
+            ``overflow``.
     """
 
     def __init__(
@@ -356,7 +380,8 @@ class HTPEncoder:
         k: int | None = None,
         tokens_per_block: int | Literal["auto"] | None = None,
         segmenter: SegmenterName | Segmenter = "sentencizer",
-        max_length: int = 512,
+        max_length: int | None = None,
+        overflow: Overflow = "window",
         tp_start: int | None = None,
         tp_exit: int | None = None,
         output_layer: int | None = None,
@@ -379,6 +404,8 @@ class HTPEncoder:
         pipeline: bool | None = None,
         prepare_window: int | None = None,
     ) -> None:
+        if overflow not in OVERFLOWS:
+            raise ValueError(f"overflow must be one of {OVERFLOWS}, got {overflow!r}")
         pre: dict[str, Any] = {}
         pre_depth: int | None = None
         self.preset: str | None = None
@@ -428,8 +455,12 @@ class HTPEncoder:
             raise ValueError("a fast tokenizer (with offset mapping) is required")
         if padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if max_length is None:
+            max_length = default_max_length(
+                getattr(self.model.config, "max_position_embeddings", None))
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.overflow: Overflow = overflow
         self.n_layers = len(decoder_layers(self.model))
         if pre_depth is not None:  # a preset file calibrated on another depth is scaled
             from htp_retrieval.eval.calibrate import scale_layers
@@ -589,8 +620,16 @@ class HTPEncoder:
         *,
         instruction: str | None,
         stats: EncodeStats | None,
+        chunks: Sequence[Sequence[Chunk]] | None = None,
+        ranges_out: list[list[tuple[int, int]]] | None = None,
     ) -> list[Layout]:
-        """:meth:`build_layouts` without the garbage-collector pause."""
+        """:meth:`build_layouts` without the garbage-collector pause.
+
+        With ``chunks`` (late chunking: each text's chunks, spans relative to that text),
+        placeholder methods get one block per chunk
+        (:func:`~htp_retrieval.long_text.block_starts_for_chunks`) and each text's chunk
+        token ranges are appended to ``ranges_out``.
+        """
         t0 = time.perf_counter()
         for i, t in enumerate(texts):
             if not isinstance(t, str):
@@ -598,6 +637,15 @@ class HTPEncoder:
             if not t.strip():
                 raise ValueError(f"text at index {i} is empty or whitespace-only")
         ids_full, offs_full = self._tokenize(texts)
+        for i, ids in enumerate(ids_full):
+            if len(ids) > self.max_length:
+                if self.overflow == "error":
+                    raise ValueError(
+                        f"text at index {i} has {len(ids)} tokens, more than max_length="
+                        f"{self.max_length}: pass overflow='window' to embed it whole, "
+                        "overflow='truncate' to cut it, or a larger max_length")
+                if stats is not None:
+                    stats.truncated.append((i, len(ids)))
         ids_all = [ids[: self.max_length] for ids in ids_full]
         for i, ids in enumerate(ids_all):
             if not ids:
@@ -607,9 +655,15 @@ class HTPEncoder:
         by_sentence = spec.placeholders in ("local", "hierarchical") and (
             spec.blocks == "sentence" or auto_n)
         offs_all = ([_offsets_array(offs[: self.max_length]) for offs in offs_full]
-                    if by_sentence else [])
+                    if by_sentence or chunks is not None else [])
         t1 = time.perf_counter()
-        if by_sentence:
+        if chunks is not None:
+            ranges = [chunk_token_ranges(offs, ch) for offs, ch in zip(offs_all, chunks)]
+            if ranges_out is not None:
+                ranges_out.extend(ranges)
+        if chunks is not None and spec.placeholders in ("local", "hierarchical"):
+            blocks = [block_starts_for_chunks(r, len(ids)) for r, ids in zip(ranges, ids_all)]
+        elif by_sentence:
             kept = [t[: int(offs[-1, 1])] for t, offs in zip(texts, offs_all)]
             starts_all = self.segmenter.sentence_starts(kept)
             sent_idx = [token_sentence_array(offs, starts)
@@ -796,6 +850,27 @@ class HTPEncoder:
 
         With ``stats``, the copy-hook time (CPU only) and the pooling time are added to it.
         """
+        hidden = self._hidden_states(batch, stats)
+        dev = batch.ids.device
+        t0 = time.perf_counter()
+        with torch.profiler.record_function("htp.pool"):
+            hidden = hidden.to(dev)  # a no-op unless device_map put the exit layer elsewhere
+            if self.spec.pooling == "mean":
+                vecs = mean_pool(hidden, batch.pool)
+            else:
+                assert batch.last is not None
+                vecs = last_pool(hidden, batch.last)
+        if stats is not None:
+            stats.pool_seconds += time.perf_counter() - t0
+        return vecs
+
+    @torch.inference_mode()
+    def _hidden_states(self, batch: BatchInputs, stats: EncodeStats | None = None
+                       ) -> torch.Tensor:
+        """The early-exit hidden states of one prepared batch, ``[batch, width, hidden]``.
+
+        With ``stats``, the copy-hook time (CPU only) is added to it.
+        """
         ids = batch.ids
         dev = ids.device
         emb = self.model.get_input_embeddings()
@@ -818,19 +893,9 @@ class HTPEncoder:
             tp_exit=self.tp_exit,
             timings=timings,
         )
-        t0 = time.perf_counter()
-        with torch.profiler.record_function("htp.pool"):
-            hidden = hidden.to(dev)  # a no-op unless device_map put the exit layer elsewhere
-            if self.spec.pooling == "mean":
-                vecs = mean_pool(hidden, batch.pool)
-            else:
-                assert batch.last is not None
-                vecs = last_pool(hidden, batch.last)
-        if stats is not None:
-            stats.pool_seconds += time.perf_counter() - t0
-            if timings:
-                stats.copy_seconds += timings.get("copy_seconds", 0.0)
-        return vecs
+        if stats is not None and timings:
+            stats.copy_seconds += timings.get("copy_seconds", 0.0)
+        return hidden
 
     def _prepared_batches(
         self,
@@ -854,8 +919,10 @@ class HTPEncoder:
         for a, b in windows:
             t0 = time.perf_counter()
             begin = t0  # the window's layout counts toward its first batch
+            n_cut = len(stats.truncated)
             with torch.profiler.record_function("htp.prepare"):
                 layouts = self.build_layouts(texts[a:b], instruction=instruction, stats=stats)
+            stats.truncated[n_cut:] = [(a + i, n) for i, n in stats.truncated[n_cut:]]
             stats.prepare_seconds += time.perf_counter() - t0
             stats.text_tokens += sum(lay.n_text_tokens for lay in layouts)
             stats.input_tokens += sum(len(lay) for lay in layouts)
@@ -884,6 +951,126 @@ class HTPEncoder:
         prepare_window: int | None = None,
     ) -> np.ndarray:
         """Embed texts.
+
+        A text of more than ``max_length`` tokens is handled by the encoder's ``overflow``:
+        with ``window`` it is cut into overlapping windows
+        (:func:`~htp_retrieval.long_text.overlapping_windows`), each embedded like a text of
+        its own, and its vector is their average weighted by token count
+        (:attr:`EncodeStats.windowed` counts such texts); with ``truncate`` a warning names
+        every truncated text (index, tokens, tokens dropped); with ``error`` a
+        ``ValueError`` names the first. The other arguments are those of
+        :meth:`_encode_texts`, which documents batching and the pipeline.
+
+        Args:
+            texts: Texts to embed, ``[n]``.
+            instruction: Instruction put before the text (queries: the task instruction;
+                documents: usually ``None``).
+            batch_size: Maximum texts per batch (default: the encoder's).
+            max_tokens_per_batch: Maximum padded tokens per batch (default: the encoder's).
+            show_progress_bar: Show a tqdm bar over texts (over windows when some text is
+                windowed).
+            normalize: L2-normalize the embeddings (after averaging the windows).
+            progress: Called after each batch with the number of texts it finished.
+            pipeline: Prepare the next batch in a background thread (default: the
+                encoder's ``pipeline``).
+            prepare_window: Lay out texts in groups of this many (see :meth:`_encode_texts`).
+
+        Returns:
+            ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
+
+        Raises:
+            ValueError: if a text is empty, whitespace-only or not a string (names its
+                index), ``prepare_window < 1``, or with ``overflow="error"`` a text is
+                longer than ``max_length``.
+        """
+        kw: dict[str, Any] = dict(instruction=instruction, batch_size=batch_size,
+                                  max_tokens_per_batch=max_tokens_per_batch,
+                                  pipeline=pipeline, prepare_window=prepare_window)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
+            if not t.strip():
+                raise ValueError(f"text at index {i} is empty or whitespace-only")
+        # byte-level and byte-fallback tokenizers give at most one token per UTF-8 byte
+        # (plus a leading-space token): only texts longer than that can overflow
+        maybe_long = [i for i, t in enumerate(texts)
+                      if self.overflow == "window" and len(t.encode()) + 1 > self.max_length]
+        windows: dict[int, list[Any]] = {}
+        if maybe_long:
+            _, offs = self._tokenize([texts[i] for i in maybe_long])
+            for i, off in zip(maybe_long, offs):
+                if len(off) > self.max_length:
+                    windows[i] = overlapping_windows(_offsets_array(off), self.max_length)
+        if not windows:
+            out = self._encode_texts(texts, show_progress_bar=show_progress_bar,
+                                     normalize=normalize, progress=progress, **kw)
+            self._warn_truncated(self.last_stats)
+            return out
+        pieces: list[str] = []
+        owner: list[int] = []
+        weight: list[float] = []
+        for i, t in enumerate(texts):
+            for w in windows.get(i, [None]):
+                pieces.append(t if w is None else t[w.start : w.end])
+                owner.append(i)
+                weight.append(1.0 if w is None else float(w.n_tokens))
+        share = [1.0 / len(windows.get(i, [None])) for i in owner]
+        done = [0.0]
+        reported = [0]
+
+        def on_batch(idx: list[int]) -> None:
+            done[0] += sum(share[j] for j in idx)
+            step = int(round(done[0])) - reported[0]
+            if step > 0 and progress is not None:
+                reported[0] += step
+                progress(step)
+
+        vecs = self._encode_texts(pieces, show_progress_bar=show_progress_bar,
+                                  normalize=False, progress_idx=on_batch, **kw)
+        stats = self.last_stats
+        own = np.asarray(owner)
+        wts = np.asarray(weight, dtype=np.float64)
+        out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float64)
+        np.add.at(out, own, vecs * wts[:, None])
+        out /= np.bincount(own, weights=wts, minlength=len(texts))[:, None]
+        out32 = out.astype(np.float32)
+        if normalize:
+            out32 /= np.maximum(np.linalg.norm(out32, axis=1, keepdims=True), 1e-12)
+        stats.n_texts = len(texts)
+        stats.windowed = len(windows)
+        stats.n_windows = sum(len(w) for w in windows.values())
+        stats.truncated = [(owner[j], n) for j, n in stats.truncated]
+        self._warn_truncated(stats)
+        return out32
+
+    def _warn_truncated(self, stats: EncodeStats) -> None:
+        """Log one warning naming the texts cut to ``max_length`` (up to 10 listed)."""
+        if not stats.truncated:
+            return
+        cut = sorted(set(stats.truncated))
+        named = ", ".join(f"text {i} ({n:,} tokens, {n - self.max_length:,} dropped)"
+                          for i, n in cut[:10])
+        more = f" and {len(cut) - 10} more" if len(cut) > 10 else ""
+        logger.warning(
+            "truncated %d of %d texts to max_length=%d tokens: %s%s (overflow='window' "
+            "embeds them whole)", len(cut), stats.n_texts, self.max_length, named, more)
+
+    def _encode_texts(
+        self,
+        texts: Sequence[str],
+        *,
+        instruction: str | None = None,
+        batch_size: int | None = None,
+        max_tokens_per_batch: int | None = None,
+        show_progress_bar: bool = False,
+        normalize: bool = False,
+        progress: Callable[[int], object] | None = None,
+        pipeline: bool | None = None,
+        prepare_window: int | None = None,
+        progress_idx: Callable[[list[int]], object] | None = None,
+    ) -> np.ndarray:
+        """Embed texts of at most ``max_length`` tokens each (longer ones are truncated and
+        recorded in :attr:`EncodeStats.truncated`).
 
         Batches are sorted by length (fewest padded tokens) and the output is restored to
         input order. With the pipeline on, a background thread prepares batch n+1 (its
@@ -973,12 +1160,169 @@ class HTPEncoder:
                     bar.update(len(idx))
                     if progress is not None:
                         progress(len(idx))
+                    if progress_idx is not None:
+                        progress_idx(idx)
         finally:
             if isinstance(batches, Prefetcher):
                 batches.close()
         stats.total_seconds = time.perf_counter() - t0
         self.last_stats = stats
         return out
+
+    def encode_late_chunks(
+        self,
+        documents: Sequence[str],
+        chunks: Sequence[Sequence[Chunk]],
+        *,
+        instruction: str | None = None,
+        window_tokens: int | None = None,
+        batch_size: int | None = None,
+        max_tokens_per_batch: int | None = None,
+        show_progress_bar: bool = False,
+        normalize: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> list[np.ndarray]:
+        """Contextual chunk embeddings ("late chunking", Günther et al. 2024, arXiv 2409.04701).
+
+        Each document runs through the model once per window of whole chunks
+        (:func:`~htp_retrieval.long_text.late_windows`, at most ``window_tokens`` text
+        tokens), and each chunk's vector is the mean of its own text tokens' early-exit
+        states, so a chunk is embedded with the text before it in its window. For HTP and
+        the other placeholder methods every chunk is one block (a ``<PST>``/``<B-PST>``
+        pair, :func:`~htp_retrieval.long_text.block_starts_for_chunks`), so no block
+        straddles a chunk and every chunk's tokens see the ``<B-PST>`` summaries of the
+        whole window.
+
+        Args:
+            documents: ``[n_docs]`` texts.
+            chunks: ``[n_docs][n_chunks]`` chunks of each document
+                (:func:`~htp_retrieval.chunking.split_chunks`), spans into that document.
+            instruction: Instruction put before each window (documents: usually ``None``).
+            window_tokens: Text tokens per forward pass (default and maximum:
+                ``max_length``).
+            batch_size: Maximum windows per batch (default: the encoder's).
+            max_tokens_per_batch: Maximum padded tokens per batch (default: the encoder's).
+            show_progress_bar: Show a tqdm bar over documents.
+            normalize: L2-normalize the chunk vectors.
+            progress: Called with the number of documents finished, as they finish.
+
+        Returns:
+            ``[n_docs]`` float32 arrays ``[n_chunks, hidden]``, chunks in input order.
+
+        Raises:
+            ValueError: for a method without mean pooling (last-token pooling has no
+                per-chunk readout), a document with no chunks or an empty/non-string
+                document (names its index), a chunk span outside its document, or
+                ``window_tokens`` above ``max_length``.
+        """
+        from tqdm.auto import tqdm
+
+        if self.spec.pooling != "mean":
+            raise ValueError(f"late chunking needs a mean-pooled method; {self.spec.name!r} "
+                             "uses last-token pooling (try vanilla-mean, tp-mean or htp)")
+        window_tokens = window_tokens or self.max_length
+        if not 16 <= window_tokens <= self.max_length:
+            raise ValueError(f"window_tokens must be in [16, max_length={self.max_length}], "
+                             f"got {window_tokens}")
+        if len(chunks) != len(documents):
+            raise ValueError(f"got {len(documents)} documents but {len(chunks)} chunk lists")
+        for i, (doc, ch) in enumerate(zip(documents, chunks)):
+            if not isinstance(doc, str) or not doc.strip():
+                raise ValueError(f"document at index {i} is empty or not a string")
+            if not ch:
+                raise ValueError(f"document at index {i} has no chunks")
+            bad = [c for c in ch if not 0 <= c.start < c.end <= len(doc)]
+            if bad:
+                raise ValueError(f"document at index {i}: chunk {bad[0].index} span "
+                                 f"[{bad[0].start}, {bad[0].end}) is outside its "
+                                 f"{len(doc)} characters")
+        stats = EncodeStats(n_texts=len(documents))
+        t0 = time.perf_counter()
+        hidden_size = self.hidden_size
+        out = [np.zeros((len(ch), hidden_size), dtype=np.float32) for ch in chunks]
+        # windows of whole chunks, per document
+        items: list[tuple[int, tuple[int, ...], str, list[Chunk]]] = []
+        _, offs = self._tokenize(list(documents))
+        for i, (doc, ch, off) in enumerate(zip(documents, chunks, offs)):
+            for w in late_windows(_offsets_array(off), ch, window_tokens):
+                rel = [Chunk(j, ch[j].start - w.start, ch[j].end - w.start) for j in w.chunks]
+                items.append((i, w.chunks, doc[w.start : w.end], rel))
+        left = [sum(1 for it in items if it[0] == i) for i in range(len(documents))]
+        bs = batch_size or self.batch_size
+        group = max(bs * 4, 64)  # windows laid out at a time (bounds host memory)
+        with tqdm(total=len(documents), disable=not show_progress_bar, desc="late chunks",
+                  unit="doc") as bar, self._lock:
+            for g in range(0, len(items), group):
+                part = items[g : g + group]
+                ranges: list[list[tuple[int, int]]] = []
+                n_cut = len(stats.truncated)
+                layouts = self.build_layouts_for_chunks([it[2] for it in part],
+                                                        [it[3] for it in part],
+                                                        instruction=instruction, stats=stats,
+                                                        ranges_out=ranges)
+                stats.truncated[n_cut:] = [(part[j][0], n) for j, n in stats.truncated[n_cut:]]
+                stats.text_tokens += sum(lay.n_text_tokens for lay in layouts)
+                stats.input_tokens += sum(len(lay) for lay in layouts)
+                lengths = [len(lay) for lay in layouts]
+                mt = max(max_tokens_per_batch or self.max_tokens_per_batch, max(lengths))
+                for idx in self._batches(lengths, bs, mt):
+                    batch = self._batch_inputs([layouts[j] for j in idx])
+                    t1 = time.perf_counter()
+                    hidden = self._hidden_states(batch, stats)
+                    stats.forward_seconds += time.perf_counter() - t1
+                    stats.padded_tokens += len(idx) * batch.width
+                    stats.batches.append((len(idx), batch.width))
+                    for r, j in enumerate(idx):
+                        lay = layouts[j]
+                        off = batch.width - len(lay) if self.padding_side == "left" else 0
+                        pos = np.asarray(lay.pool_positions, dtype=np.int64) + off
+                        if len(pos) != lay.n_text_tokens:  # pragma: no cover - layout bug
+                            raise RuntimeError("late chunking: pooled positions are not the "
+                                               "text tokens")
+                        doc_i, chunk_ids = part[j][0], part[j][1]
+                        rows = torch.from_numpy(pos).to(hidden.device)
+                        states = hidden[r].index_select(0, rows).float()
+                        for cj, (a, b) in zip(chunk_ids, ranges[j]):
+                            out[doc_i][cj] = states[a:b].mean(0).cpu().numpy()
+                        left[doc_i] -= 1
+                        if left[doc_i] == 0:
+                            bar.update(1)
+                            if progress is not None:
+                                progress(1)
+        if normalize:
+            for arr in out:
+                arr /= np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
+        stats.n_windows = len(items)
+        stats.total_seconds = time.perf_counter() - t0
+        self.last_stats = stats
+        self._warn_truncated(stats)
+        return out
+
+    def build_layouts_for_chunks(
+        self,
+        texts: Sequence[str],
+        chunks: Sequence[Sequence[Chunk]],
+        *,
+        instruction: str | None = None,
+        stats: EncodeStats | None = None,
+        ranges_out: list[list[tuple[int, int]]] | None = None,
+    ) -> list[Layout]:
+        """Layouts for late chunking: one block per chunk (placeholder methods).
+
+        Args:
+            texts: ``[n]`` window texts.
+            chunks: ``[n][n_chunks]`` chunks with spans relative to each text.
+            instruction: Instruction put before the text.
+            stats: Cost counters to add to (see :meth:`build_layouts`).
+            ranges_out: If given, each text's chunk token ranges ``[(first, last)]`` are
+                appended (text-token indices, :func:`~htp_retrieval.chunking.chunk_token_ranges`).
+
+        Returns:
+            ``[n]`` layouts.
+        """
+        with _gc_paused():
+            return self._build_layouts(texts, instruction=instruction, stats=stats,
+                                       chunks=chunks, ranges_out=ranges_out)
 
     @property
     def hidden_size(self) -> int:
@@ -1013,6 +1357,8 @@ class HTPEncoder:
             **({} if self.short_budget is None else {"short_budget": list(self.short_budget)}),
             **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
             **({"preset": self.preset} if self.preset else {}),
+            # recorded unless "truncate", the behaviour of results written before it existed
+            **({} if self.overflow == "truncate" else {"overflow": self.overflow}),
         }
 
 
