@@ -145,7 +145,10 @@ class EncoderConfig:
     Attributes:
         model: Packaged name, ``.gguf`` path, local directory or hub id.
         method: HTP method name or alias (``htp``, ``vanilla-mean``, ...).
-        max_length: Maximum text tokens per text.
+        max_length: Text tokens per forward pass (``None``: the model's context window,
+            :func:`~htp_retrieval.long_text.default_max_length`).
+        overflow: What a longer text gets (:data:`~htp_retrieval.long_text.Overflow`):
+            ``window``, ``truncate`` (with a warning naming it) or ``error``.
         device: ``auto``, ``cpu`` or ``cuda``.
         dtype: ``bfloat16``, ``float16`` or ``float32`` (``auto`` is resolved by
             :meth:`create`).
@@ -155,9 +158,10 @@ class EncoderConfig:
 
     model: str
     method: str = "htp"
-    max_length: int = 512
+    max_length: int | None = None
     device: str = "auto"
     dtype: str = "bfloat16"
+    overflow: str = "window"
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     @classmethod
@@ -165,10 +169,11 @@ class EncoderConfig:
         cls,
         model: str,
         method: str = "htp",
-        max_length: int = 512,
+        max_length: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
         extra: dict[str, Any] | None = None,
+        overflow: str = "window",
     ) -> EncoderConfig:
         """Build a config from plain arguments (``extra`` is a dict of encoder kwargs;
         ``dtype="auto"`` is resolved for ``device`` by :func:`htp_retrieval.dtypes.resolve_dtype`,
@@ -176,7 +181,7 @@ class EncoderConfig:
         from htp_retrieval.dtypes import resolve_dtype
 
         concrete = resolve_dtype(canonical_dtype(dtype), device)
-        return cls(model, method, max_length, device, concrete,
+        return cls(model, method, max_length, device, concrete, overflow,
                    tuple(sorted((extra or {}).items())))
 
 
@@ -222,6 +227,7 @@ class SharedEncoder:
             config.model,
             config.method,
             max_length=config.max_length,
+            overflow=config.overflow,  # type: ignore[arg-type]
             device=config.device,
             dtype=config.dtype,
             **dict(config.extra),
