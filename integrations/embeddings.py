@@ -10,7 +10,7 @@ shared by every copy of the object in the process.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -119,8 +119,23 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     """Instruction put before documents only (default ``None``, as in the paper)."""
     normalize: bool = Field(default=True, description="L2-normalize the embeddings.")
     """L2-normalize the vectors (default ``True``)."""
-    max_length: int = Field(default=512, gt=0, description="Maximum text tokens per text.")
-    """Maximum text tokens kept per text (longer texts are truncated)."""
+    max_length: int | None = Field(
+        default=None, gt=0,
+        description="Text tokens per forward pass (None: the model's context window).",
+    )
+    """Text tokens per forward pass (default ``None``: the model's context window less a
+    small reserve, :func:`~htp_retrieval.long_text.default_max_length`; 8064 for SmolLM2).
+    A longer text is handled by ``overflow``."""
+    overflow: Literal["window", "truncate", "error"] = Field(
+        default="window",
+        description="A text longer than max_length: window (embedded whole in overlapping "
+        "windows), truncate (cut, with a warning naming it) or error.",
+    )
+    """What a text longer than ``max_length`` tokens gets: ``window`` (default; embedded
+    whole, in overlapping windows whose vectors are averaged by their token counts),
+    ``truncate`` (cut to ``max_length`` tokens; the encoder logs a warning naming the text's
+    index, its token count and how many tokens were dropped) or ``error`` (``ValueError``
+    naming the text)."""
     device: str = Field(default="auto", description="auto, cpu or cuda.")
     """``auto``, ``cpu`` or ``cuda``."""
     dtype: str = Field(default="auto", description="auto, bfloat16, float16 or float32.")
@@ -183,7 +198,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         """The settings that identify the shared encoder."""
         return EncoderConfig.create(
             self.model_name, self.method, self.max_length, self.device, self.dtype,
-            self.encoder_kwargs,
+            self.encoder_kwargs, overflow=self.overflow,
         )
 
     def _shared(self) -> SharedEncoder:
@@ -231,6 +246,56 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             show_progress_bar=progress,
         )
         return vecs.tolist()
+
+    # ------------------------------------------------------------ late chunking
+    def embed_late_chunks(
+        self,
+        documents: list[str],
+        spans: list[list[tuple[int, int]]],
+        *,
+        window_tokens: int | None = None,
+    ) -> list[np.ndarray]:
+        """Contextual chunk vectors ("late chunking", Günther et al. 2024, arXiv 2409.04701).
+
+        Each document runs through the model once per window of whole chunks (one window
+        for a document within ``max_length`` tokens), and each chunk's vector is pooled from
+        its own tokens, which have seen the text before them in the window. Documents get
+        ``document_instruction``; vectors are L2-normalized when ``normalize`` is set. Calls
+        are serialized on the shared encoder. The framework recipes are in
+        :mod:`htp_retrieval.integrations.late_chunking`.
+
+        Args:
+            documents: ``[n_docs]`` full document texts.
+            spans: ``[n_docs][n_chunks]`` character spans ``(start, end)`` into each document
+                (``documents[i][start:end]`` is the chunk), in document order.
+            window_tokens: Text tokens per forward pass (default and maximum:
+                ``max_length``).
+
+        Returns:
+            ``[n_docs]`` float32 arrays ``[n_chunks, hidden]``, chunks in input order.
+
+        Raises:
+            TypeError: if ``documents`` is a single string.
+            ValueError: for a method with last-token pooling, a document that is empty or
+                has no spans (its index is named), a span outside its document, or a
+                ``window_tokens`` out of range.
+        """
+        from htp_retrieval.chunking import Chunk
+
+        check_texts(documents)
+        if len(spans) != len(documents):
+            raise ValueError(f"got {len(documents)} documents but {len(spans)} span lists: "
+                             "pass one list of (start, end) spans per document")
+        chunks = [[Chunk(j, int(a), int(b)) for j, (a, b) in enumerate(doc_spans)]
+                  for doc_spans in spans]
+        if not documents:
+            return []
+        shared = self._shared()
+        with shared.lock:
+            return shared.encoder.encode_late_chunks(
+                list(documents), chunks, instruction=self.document_instruction,
+                window_tokens=window_tokens, normalize=self.normalize,
+                batch_size=self.embed_batch_size, show_progress_bar=self.show_progress)
 
     # ---------------------------------------------------------------- LangChain
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -334,7 +399,7 @@ def check_encoder_kwargs(kwargs: dict[str, Any]) -> None:
 
     from htp_retrieval.encoder import HTPEncoder
 
-    own = {"self", "model", "method", "max_length", "device", "dtype"}
+    own = {"self", "model", "method", "max_length", "overflow", "device", "dtype"}
     accepted = [p for p in inspect.signature(HTPEncoder.__init__).parameters if p not in own]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
