@@ -71,7 +71,38 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 
 EF_NAME = "htp-retrieval"
 _IDENTITY_KEYS = ("model_name", "method", "query_instruction", "document_instruction",
-                  "normalize", "max_length", "dtype", "encoder_kwargs")
+                  "normalize", "max_length", "dtype", "encoder_kwargs", "overflow",
+                  "chunking", "chunk_size", "chunk_overlap")
+_LEGACY = {"max_length": 512, "overflow": "truncate", "chunking": "none"}
+"""Values of keys a collection made before they existed does not store (it was made so)."""
+CHUNK_WRITE = 64
+"""Chunks per write: a long document's chunks are written in groups of this many."""
+_WINDOWS: dict[str, int | None] = {}
+
+
+def model_window(model_name: str) -> int | None:
+    """The default ``max_length`` of a model (its context window less the layout reserve,
+    :func:`~htp_retrieval.long_text.default_max_length`), read from its config without
+    loading the weights.
+
+    Returns:
+        Text tokens, or ``None`` where the config cannot be read (the encoder then decides
+        when it loads).
+    """
+    if model_name not in _WINDOWS:
+        from htp_retrieval.long_text import default_max_length
+        from htp_retrieval.models import resolve_model_path
+
+        try:
+            from transformers import AutoConfig
+
+            path, _ = resolve_model_path(model_name)
+            cfg = AutoConfig.from_pretrained(path)
+            _WINDOWS[model_name] = default_max_length(
+                getattr(cfg, "max_position_embeddings", None))
+        except Exception:  # noqa: BLE001 - unreadable here: the encoder resolves it
+            return None
+    return _WINDOWS[model_name]
 
 
 @register_embedding_function
@@ -91,7 +122,20 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         query_instruction: Instruction before queries (``None``: none).
         document_instruction: Instruction before documents (default none).
         normalize: L2-normalize the vectors (default ``True``).
-        max_length: Maximum text tokens per text.
+        max_length: Text tokens per forward pass (``None``, the default: the model's context
+            window, resolved from its config and stored as that number, so a reopened
+            collection uses the same).
+        overflow: What a text longer than ``max_length`` gets: ``window`` (default; embedded
+            whole in overlapping windows), ``truncate`` (cut; :meth:`embed_documents_array`
+            reports which) or ``error``. A collection stored without this setting was made
+            with ``truncate`` and ``max_length`` 512, and keeps them.
+        chunking: How :func:`ingest` turns a document into vectors (stored with the
+            collection; this function embeds whatever texts it is given): ``none`` (one
+            vector per document, default), ``naive`` (each chunk embedded on its own) or
+            ``late`` (each chunk pooled from one pass over its document,
+            :meth:`~htp_retrieval.HTPEncoder.encode_late_chunks`).
+        chunk_size: Chunk size in tokens (:func:`~htp_retrieval.chunking.split_chunks`).
+        chunk_overlap: Overlap of consecutive chunks in tokens.
         dtype: ``auto`` (default), ``bfloat16``, ``float16`` or ``float32``. ``auto`` is
             resolved here for ``device`` (:func:`htp_retrieval.dtypes.resolve_dtype`: bf16
             on a GPU or a CPU with native bf16, float32 on other CPUs) and the concrete
@@ -104,8 +148,9 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         batch_size: Maximum texts per forward pass (not stored).
 
     Raises:
-        ValueError: if ``max_length`` or ``batch_size`` is not positive, or the method,
-            dtype or device is unknown (checked here, before any model is loaded).
+        ValueError: if ``max_length`` or ``batch_size`` is not positive, the method, dtype,
+            device, overflow or chunking is unknown, or the chunk size and overlap are
+            invalid (checked here, before any model is loaded).
     """
 
     def __init__(
@@ -116,15 +161,32 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         query_instruction: str | None = DEFAULT_QUERY_INSTRUCTION,
         document_instruction: str | None = None,
         normalize: bool = True,
-        max_length: int = 512,
+        max_length: int | None = None,
         dtype: str = "auto",
         encoder_kwargs: dict[str, Any] | None = None,
         device: str = "auto",
         batch_size: int = 16,
+        overflow: str = "window",
+        chunking: str = "none",
+        chunk_size: int = 256,
+        chunk_overlap: int = 0,
     ) -> None:
-        if max_length < 1 or batch_size < 1:
+        from htp_retrieval.chunking import CHUNKINGS, check_chunk_settings
+        from htp_retrieval.long_text import OVERFLOWS
+
+        if (max_length is not None and max_length < 1) or batch_size < 1:
             raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and "
                              f"{batch_size}")
+        if overflow not in OVERFLOWS:
+            raise ValueError(f"overflow {overflow!r} is not supported: use one of "
+                             f"{', '.join(OVERFLOWS)}")
+        if chunking not in CHUNKINGS:
+            raise ValueError(f"chunking {chunking!r} is not supported: use one of "
+                             f"{', '.join(CHUNKINGS)}")
+        check_chunk_settings(chunk_size, chunk_overlap)
+        if chunking == "late" and get_method(method).pooling != "mean":
+            raise ValueError(f"late chunking needs a mean-pooled method, not {method!r}: use "
+                             "htp, vanilla-mean or tp-mean, or chunking 'naive'")
         local = Path(model_name).expanduser()
         if local.exists():  # stored absolute, so the collection reopens from anywhere
             model_name = str(local.resolve())
@@ -134,14 +196,29 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         self.document_instruction = document_instruction
         self.normalize = normalize
         self.max_length = max_length
+        self.overflow = overflow
+        self.chunking = chunking
+        self.chunk_size = chunk_size
+        self.chunk_overlap = chunk_overlap
         self.device = check_device(device)
         self.dtype = resolve_dtype(canonical_dtype(dtype), self.device)
         self.encoder_kwargs = dict(encoder_kwargs or {})
         self.batch_size = batch_size
 
+    def resolved_max_length(self) -> int | None:
+        """``max_length``, with ``None`` resolved to the model's window (:func:`model_window`)
+        once the model's config can be read; the resolved number is kept."""
+        if self.max_length is None:
+            self.max_length = model_window(self.model_name)
+        return self.max_length
+
     def _config(self) -> EncoderConfig:
-        return EncoderConfig.create(self.model_name, self.method, self.max_length, self.device,
-                                    self.dtype, self.encoder_kwargs)
+        return EncoderConfig.create(self.model_name, self.method, self.resolved_max_length(),
+                                    self.device, self.dtype, self.encoder_kwargs,
+                                    overflow=self.overflow)
+
+    def _shared(self) -> Any:
+        return shared_encoder(self._config())
 
     def load(self) -> None:
         """Load the model now (first use loads it otherwise); raises what loading raises.
@@ -151,18 +228,26 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             ValueError: for a model that cannot be found or invalid encoder settings.
         """
         check_model(self.model_name)
-        shared_encoder(self._config())
+        enc = self._shared()
+        if self.max_length is None:
+            self.max_length = enc.encoder.max_length
 
     def _encode(self, texts: Sequence[str], instruction: str | None,
-                progress: bool | Callable[[int], object] = False) -> np.ndarray:
+                progress: bool | Callable[[int], object] = False,
+                truncated: list[int] | None = None) -> np.ndarray:
         check_texts(texts)
         if len(texts) == 0:
             return np.zeros((0, 0), dtype=np.float32)
-        return shared_encoder(self._config()).encode(
-            list(texts), instruction=instruction, normalize=self.normalize,
-            batch_size=self.batch_size, show_progress_bar=progress is True,
-            progress=progress if callable(progress) else None,
-        )
+        shared = self._shared()
+        with shared.lock:  # the stats read below belong to this call
+            vecs = shared.encoder.encode(
+                list(texts), instruction=instruction, normalize=self.normalize,
+                batch_size=self.batch_size, show_progress_bar=progress is True,
+                progress=progress if callable(progress) else None,
+            )
+            if truncated is not None:
+                truncated.extend(int(i) for i, _ in shared.encoder.last_stats.truncated)
+        return vecs
 
     def __call__(self, input: Documents) -> ChromaEmbeddings:
         """Embed documents: ``[n]`` texts -> ``n`` float32 vectors of ``hidden`` values.
@@ -180,6 +265,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
     def embed_documents_array(
         self, texts: Sequence[str], *, show_progress_bar: bool = False,
         progress: Callable[[int], object] | None = None,
+        truncated: list[int] | None = None,
     ) -> np.ndarray:
         """Embed documents as one ``[n, hidden]`` float32 array (used by :func:`ingest`).
 
@@ -187,8 +273,56 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             texts: Documents, ``[n]``.
             show_progress_bar: The encoder's own tqdm bar.
             progress: Called after each forward pass with the number of documents embedded.
+            truncated: If given, the indices of the texts cut to ``max_length`` are appended
+                (only ``overflow="truncate"`` cuts texts).
+
+        Raises:
+            ValueError: if a text carries no content, or is longer than ``max_length`` with
+                ``overflow="error"``.
         """
-        return self._encode(texts, self.document_instruction, progress or show_progress_bar)
+        return self._encode(texts, self.document_instruction, progress or show_progress_bar,
+                            truncated)
+
+    def split(self, text: str) -> list[Any]:
+        """Chunks of a document by this collection's chunk settings, in the model's tokens.
+
+        Returns:
+            ``[n_chunks]`` :class:`~htp_retrieval.chunking.Chunk` (character spans of
+            ``text``; one chunk for a text within ``chunk_size``).
+        """
+        from htp_retrieval.chunking import split_chunks
+
+        tokenizer = self._shared().encoder.tokenizer
+        return split_chunks(text, tokenizer, chunk_tokens=self.chunk_size,
+                            chunk_overlap=self.chunk_overlap)
+
+    def embed_chunks(self, text: str, chunks: Sequence[Any]) -> np.ndarray:
+        """Embed the chunks of one document by this collection's chunking.
+
+        ``naive``: each chunk's text on its own (with the document instruction); ``late``:
+        one pass per window of whole chunks over the document
+        (:meth:`~htp_retrieval.HTPEncoder.encode_late_chunks`).
+
+        Args:
+            text: The document.
+            chunks: Its chunks (:meth:`split`).
+
+        Returns:
+            ``[n_chunks, hidden]`` float32 array.
+
+        Raises:
+            ValueError: if the chunking is ``none``, or the encoder refuses the text.
+        """
+        if self.chunking == "naive":
+            return self._encode([c.text(text) for c in chunks], self.document_instruction)
+        if self.chunking != "late":
+            raise ValueError(f"embed_chunks needs chunking 'naive' or 'late', not "
+                             f"{self.chunking!r}")
+        shared = self._shared()
+        with shared.lock:
+            return shared.encoder.encode_late_chunks(
+                [text], [list(chunks)], instruction=self.document_instruction,
+                normalize=self.normalize, batch_size=self.batch_size)[0]
 
     @staticmethod
     def name() -> str:
@@ -211,17 +345,25 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             "query_instruction": self.query_instruction,
             "document_instruction": self.document_instruction,
             "normalize": self.normalize,
-            "max_length": self.max_length,
+            "max_length": self.resolved_max_length(),
             "dtype": self.dtype,
             "encoder_kwargs": self.encoder_kwargs,
+            "overflow": self.overflow,
+            "chunking": self.chunking,
+            "chunk_size": self.chunk_size,
+            "chunk_overlap": self.chunk_overlap,
         }
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> HTPEmbeddingFunction:
-        """Rebuild from :meth:`get_config` output (``HTP_RETRIEVAL_DEVICE`` picks the device)."""
+        """Rebuild from :meth:`get_config` output (``HTP_RETRIEVAL_DEVICE`` picks the device).
+
+        A key missing from an older config takes the value that config was made with
+        (``max_length`` 512, ``overflow`` ``truncate``, ``chunking`` ``none``).
+        """
         HTPEmbeddingFunction.validate_config(config)
         return HTPEmbeddingFunction(
-            **{k: config[k] for k in _IDENTITY_KEYS if k in config},
+            **{**_LEGACY, **{k: config[k] for k in _IDENTITY_KEYS if k in config}},
             device=os.environ.get("HTP_RETRIEVAL_DEVICE", "auto"),
         )
 
@@ -551,7 +693,10 @@ class IngestReport:
         skipped: Files of a folder source that were not read (extension, hidden).
         stale: Stored documents whose source entry is gone, left in place.
         pruned: Stored documents whose source entry is gone, removed (``prune=True``).
-        count: Documents in the collection afterwards.
+        truncated: Documents cut to ``max_length`` tokens when embedded (only with
+            ``overflow="truncate"``).
+        count: Vectors in the collection afterwards (documents, or chunks of a chunked
+            collection).
     """
 
     collection: str
@@ -563,16 +708,19 @@ class IngestReport:
     skipped: list[Skipped] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
     count: int = 0
 
     def summary(self) -> str:
         """One line, e.g. ``essays: 49 read, 47 added, 0 updated, 0 unchanged, 2 rejected,
-        1 skipped, 0 stale; 47 in collection``."""
+        1 skipped, 0 stale; 47 in collection`` (``, N truncated`` when documents were
+        truncated)."""
         tail = f", {len(self.pruned)} pruned" if self.pruned else (
             f", {len(self.stale)} stale (--prune removes them)" if self.stale else ", 0 stale")
+        cut = f", {len(self.truncated)} truncated" if self.truncated else ""
         return (f"{self.collection}: {self.seen} read, {self.added} added, {self.updated} "
                 f"updated, {self.unchanged} unchanged, {len(self.rejected)} rejected, "
-                f"{len(self.skipped)} skipped{tail}; {self.count} in collection")
+                f"{len(self.skipped)} skipped{cut}{tail}; {self.count} in collection")
 
 
 def _sha(text: str) -> str:
@@ -586,25 +734,38 @@ WriteStatus = Literal["added", "updated", "unchanged"]
 def write_batch(
     col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc],
     progress: Callable[[int], object] | None = None,
+    truncated: list[str] | None = None,
 ) -> list[WriteStatus]:
     """Write accepted documents to a collection, idempotently (upsert by id).
 
-    The batch is looked up by id first; documents already stored with the same text
+    Without chunking (``ef.chunking == "none"``) one vector per document, id = document id:
+    the batch is looked up by id first; documents already stored with the same text
     (SHA-256 in the ``content_sha256`` metadata) are skipped, the rest are embedded with
-    ``ef`` and upserted in one write. Used by :func:`ingest` and by the Ray ingestion.
+    ``ef`` and upserted in one write. With ``naive`` or ``late`` chunking see
+    :func:`write_chunked`. Used by :func:`ingest` and by the Ray ingestion.
 
     Args:
         col: The collection.
         ef: The collection's embedding function.
         docs: Documents with ``text`` set (no rejected ones), unique ids.
         progress: Called with a count as documents are done: at once for unchanged ones,
-            after each forward pass for embedded ones.
+            after each forward pass (per document when chunked) for embedded ones.
+        truncated: If given, the ids of documents cut to ``max_length`` tokens are appended
+            (``overflow="truncate"`` only).
 
     Returns:
         One :data:`WriteStatus` per document, in order.
+
+    Raises:
+        ValueError: if a document has no text, or the encoder refuses one.
     """
     if not docs:
         return []
+    for d in docs:
+        if d.text is None:
+            raise ValueError(f"document {d.id!r} has no text (rejected: {d.error})")
+    if getattr(ef, "chunking", "none") != "none":
+        return write_chunked(col, ef, docs, progress=progress)
     ids = [d.id for d in docs]
     got = col.get(ids=ids, include=["metadatas"])
     stored = {i: (m or {}).get("content_sha256")
@@ -612,9 +773,7 @@ def write_batch(
     statuses: list[WriteStatus] = []
     todo = []
     for d in docs:
-        if d.text is None:
-            raise ValueError(f"document {d.id!r} has no text (rejected: {d.error})")
-        sha = _sha(d.text)
+        sha = _sha(d.text or "")
         if stored.get(d.id) == sha:
             statuses.append("unchanged")
         else:
@@ -624,33 +783,140 @@ def write_batch(
         progress(len(docs) - len(todo))
     if todo:
         texts = [d.text or "" for d, _ in todo]
-        vecs = (ef.embed_documents_array(texts) if progress is None
-                else ef.embed_documents_array(texts, progress=progress))
+        kwargs: dict[str, Any] = {} if progress is None else {"progress": progress}
+        cut: list[int] = []
+        if truncated is not None and getattr(ef, "overflow", "window") == "truncate":
+            kwargs["truncated"] = cut
+        vecs = ef.embed_documents_array(texts, **kwargs)
         col.upsert(
             ids=[d.id for d, _ in todo],
             documents=[d.text or "" for d, _ in todo],
             metadatas=[{**d.metadata, "content_sha256": sha} for d, sha in todo],
             embeddings=vecs,
         )
+        if truncated is not None:
+            truncated.extend(todo[i][0].id for i in sorted(set(cut)))
+    return statuses
+
+
+def chunk_id(doc_id: str, index: int) -> str:
+    """Id of a document's chunk: ``DOC_ID#cN`` (``N``: chunk index from 0)."""
+    return f"{doc_id}#c{index}"
+
+
+def _stored_chunks(col: Any, doc_ids: Sequence[str]) -> dict[str, list[tuple[str, dict]]]:
+    """``parent_id -> [(chunk id, metadata)]`` of the stored chunks of these documents."""
+    out: dict[str, list[tuple[str, dict]]] = {}
+    for i in range(0, len(doc_ids), 100):
+        part = list(doc_ids[i : i + 100])
+        where = {"parent_id": part[0]} if len(part) == 1 else {"parent_id": {"$in": part}}
+        got = col.get(where=where, include=["metadatas"])
+        for cid, meta in zip(got["ids"], got["metadatas"] or [], strict=True):
+            meta = dict(meta or {})
+            out.setdefault(str(meta.get("parent_id")), []).append((cid, meta))
+    return out
+
+
+def _complete(stored: list[tuple[str, dict]], doc_id: str, sha: str) -> bool:
+    """Whether a document's stored chunks are all there and made from this text."""
+    if not stored:
+        return False
+    n = stored[0][1].get("n_chunks")
+    if not isinstance(n, int) or len(stored) != n:
+        return False
+    return ({cid for cid, _ in stored} == {chunk_id(doc_id, k) for k in range(n)}
+            and all(m.get("content_sha256") == sha and m.get("n_chunks") == n
+                    for _, m in stored))
+
+
+def write_chunked(
+    col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc],
+    progress: Callable[[int], object] | None = None,
+) -> list[WriteStatus]:
+    """Write documents as chunks (``ef.chunking`` ``naive`` or ``late``), idempotently.
+
+    Each document is cut by :meth:`HTPEmbeddingFunction.split`; chunk ``N`` of document
+    ``D`` has id ``D#cN``, its text as the stored document, and metadata: the document's
+    own (``source``, ``title``), ``content_sha256`` (of the whole document), ``parent_id``
+    (``D``), ``chunk_index`` (``N``), ``chunk_start``/``chunk_end`` (character offsets:
+    ``text[chunk_start:chunk_end]`` is the chunk) and ``n_chunks``. A document is complete
+    when exactly chunks ``0..n_chunks-1`` are stored, all with its current hash; complete
+    documents are skipped. Any other document (new, changed, or cut short by a killed run)
+    has all its stored chunks deleted and is written again, in groups of
+    :data:`CHUNK_WRITE` chunks, so a rerun leaves no orphan and no missing chunk.
+
+    Args:
+        col: The collection.
+        ef: The collection's embedding function (its chunk settings are used).
+        docs: Documents with ``text`` set, unique ids.
+        progress: Called with the number of documents done, as they are done.
+
+    Returns:
+        One :data:`WriteStatus` per document: ``unchanged`` (complete), ``added`` (nothing
+        stored, or an incomplete copy of the same text), ``updated`` (the text changed).
+
+    Raises:
+        ValueError: if the encoder refuses a text (that document's stored chunks are left
+            as they were).
+    """
+    stored = _stored_chunks(col, [d.id for d in docs])
+    statuses: list[WriteStatus] = []
+    for d in docs:
+        text = d.text or ""
+        sha = _sha(text)
+        have = stored.get(d.id, [])
+        if _complete(have, d.id, sha):
+            statuses.append("unchanged")
+            if progress is not None:
+                progress(1)
+            continue
+        same = bool(have) and all(m.get("content_sha256") == sha for _, m in have)
+        statuses.append("added" if not have or same else "updated")
+        chunks = ef.split(text)
+        vecs = ef.embed_chunks(text, chunks)  # before anything is deleted
+        if have:
+            old = [cid for cid, _ in have]
+            for i in range(0, len(old), 1000):
+                col.delete(ids=old[i : i + 1000])
+        n = len(chunks)
+        for g in range(0, n, CHUNK_WRITE):
+            group = chunks[g : g + CHUNK_WRITE]
+            col.upsert(
+                ids=[chunk_id(d.id, c.index) for c in group],
+                documents=[c.text(text) for c in group],
+                metadatas=[{**d.metadata, "content_sha256": sha, "parent_id": d.id,
+                            "chunk_index": c.index, "chunk_start": c.start,
+                            "chunk_end": c.end, "n_chunks": n} for c in group],
+                embeddings=vecs[g : g + CHUNK_WRITE],
+            )
+        if progress is not None:
+            progress(1)
     return statuses
 
 
 def stale_ids(col: Any, seen: set[str], skipped: Sequence[Skipped]) -> list[str]:
-    """Stored ids whose source entry is gone: neither read in this run nor skipped by it
-    (a file, or a file inside a folder, that this run skipped is not gone)."""
+    """Stored document ids whose source entry is gone: neither read in this run nor skipped
+    by it (a file, or a file inside a folder, that this run skipped is not gone). A chunk
+    counts as its document (``parent_id``)."""
     folders = tuple(s.path for s in skipped if s.path.endswith("/"))
     files = {s.path for s in skipped}
-    return sorted(i for i in _stored_ids(col)
+    return sorted(i for i in _stored_docs(col)
                   if i not in seen and i not in files and not i.startswith(folders or ("\0",)))
 
 
-def _stored_ids(col: Any, page: int = 5000) -> list[str]:
-    ids: list[str] = []
+def _stored_docs(col: Any, page: int = 5000) -> dict[str, list[str]]:
+    """``document id -> [stored ids]``: a chunk's document is its ``parent_id``, any other
+    vector is its own document."""
+    docs: dict[str, list[str]] = {}
+    done = 0
     while True:
-        got = col.get(include=[], limit=page, offset=len(ids))["ids"]
-        ids.extend(got)
-        if len(got) < page:
-            return ids
+        got = col.get(include=["metadatas"], limit=page, offset=done)
+        metas = got["metadatas"] or [None] * len(got["ids"])
+        for i, m in zip(got["ids"], metas, strict=True):
+            docs.setdefault(str((m or {}).get("parent_id", i)), []).append(i)
+        done += len(got["ids"])
+        if len(got["ids"]) < page:
+            return docs
 
 
 def ingest(
@@ -671,10 +937,13 @@ def ingest(
     and, for a new collection, the model (loaded before the collection exists), so a
     failed first ingest leaves no collection behind. Each batch is looked up by id first;
     documents already stored with the same text (SHA-256 in the ``content_sha256``
-    metadata) are skipped, the rest are embedded and upserted as one write. A re-run
-    therefore adds nothing, and a run killed at any point is completed by the next one with
-    no duplicates and nothing missing. Stored documents whose source is gone are reported
-    as stale, and removed with ``prune=True``.
+    metadata) are skipped, the rest are embedded and upserted as one write. A chunked
+    collection (the embedding function's ``chunking``: ``naive`` or ``late``) stores
+    chunks with ids ``DOC_ID#cN`` instead (:func:`write_chunked`). A re-run therefore adds
+    nothing, and a run killed at any point is completed by the next one with no duplicates,
+    no orphan chunks and nothing missing. Stored documents whose source is gone are
+    reported as stale, and removed (all their chunks) with ``prune=True``. Documents cut to
+    ``max_length`` (``overflow="truncate"``) are listed in the report's ``truncated``.
 
     Args:
         source: Folder (recursive, ``.txt``/``.md`` plus ``include`` matches) or BEIR
@@ -723,7 +992,7 @@ def ingest(
     def flush() -> None:
         if not batch:
             return
-        statuses = write_batch(col, ef, batch, progress=bar.update)
+        statuses = write_batch(col, ef, batch, progress=bar.update, truncated=report.truncated)
         report.added += statuses.count("added")
         report.updated += statuses.count("updated")
         report.unchanged += statuses.count("unchanged")
@@ -763,8 +1032,10 @@ def finish_report(report: IngestReport, col: Any, seen: set[str], *, prune: bool
     """
     stale = stale_ids(col, seen, report.skipped)
     if prune and stale:
-        for i in range(0, len(stale), 1000):
-            col.delete(ids=stale[i : i + 1000])
+        by_doc = _stored_docs(col)
+        gone = [i for doc_id in stale for i in by_doc.get(doc_id, [])]
+        for i in range(0, len(gone), 1000):
+            col.delete(ids=gone[i : i + 1000])
         report.pruned = stale
     else:
         report.stale = stale
@@ -778,10 +1049,11 @@ class Hit:
     """One search result.
 
     Attributes:
-        id: Document id.
+        id: Stored id: the document id, or ``DOC_ID#cN`` for a chunk.
         distance: Chroma distance (cosine distance for collections made by :func:`ingest`).
-        document: Stored text.
-        metadata: Stored metadata.
+        document: Stored text (the chunk's text for a chunk).
+        metadata: Stored metadata (a chunk's carries ``parent_id``, ``chunk_index``,
+            ``chunk_start``, ``chunk_end``, ``n_chunks``).
     """
 
     id: str
@@ -794,6 +1066,18 @@ class Hit:
         """``1 - distance`` (cosine similarity for cosine collections)."""
         return 1.0 - self.distance
 
+    @property
+    def parent_id(self) -> str:
+        """The document this hit belongs to (its own id when it is not a chunk)."""
+        return str(self.metadata.get("parent_id", self.id))
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """``(chunk_start, chunk_end)``: character offsets of a chunk in its document, or
+        ``None`` for a whole document."""
+        a, b = self.metadata.get("chunk_start"), self.metadata.get("chunk_end")
+        return (int(a), int(b)) if a is not None and b is not None else None
+
 
 def query(
     text: str,
@@ -802,6 +1086,7 @@ def query(
     collection: str = "htp",
     n_results: int = 5,
     where: dict[str, Any] | None = None,
+    group_by_document: bool = False,
 ) -> list[Hit]:
     """Search a collection made by :func:`ingest` (the query gets the query instruction).
 
@@ -811,6 +1096,9 @@ def query(
         collection: Collection name.
         n_results: Hits returned (at most the collection size).
         where: Optional Chroma metadata filter.
+        group_by_document: Return the best chunk of each of the ``n_results`` best
+            documents (Chroma is asked for ``8 * n_results`` chunks, then grouped by
+            ``parent_id``; fewer documents come back when those chunks span fewer).
 
     Returns:
         Hits, best first.
@@ -832,12 +1120,24 @@ def query(
         raise type(e)(f"collection {collection!r} was made with model {ef.model_name!r}, "
                       f"which cannot be loaded here: {e}") from e
     q = ef.embed_query([text])
-    res = col.query(query_embeddings=q, n_results=n_results, where=where,
+    ask = (min(n_results * GROUP_FACTOR, max(1, col.count())) if group_by_document
+           else n_results)
+    res = col.query(query_embeddings=q, n_results=ask, where=where,
                     include=["documents", "metadatas", "distances"])
     docs = (res.get("documents") or [[]])[0]
     metas = (res.get("metadatas") or [[]])[0]
-    return [Hit(i, float(d), docs[j] if docs else None, dict(metas[j] or {}) if metas else {})
+    hits = [Hit(i, float(d), docs[j] if docs else None, dict(metas[j] or {}) if metas else {})
             for j, (i, d) in enumerate(zip(res["ids"][0], res["distances"][0], strict=True))]
+    if not group_by_document:
+        return hits
+    best: dict[str, Hit] = {}
+    for h in hits:  # best first: the first hit of a document is its best chunk
+        best.setdefault(h.parent_id, h)
+    return list(best.values())[:n_results]
+
+
+GROUP_FACTOR = 8
+"""Chunks asked of Chroma per document wanted by ``query(group_by_document=True)``."""
 
 
 __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc", "Skipped",
@@ -845,6 +1145,7 @@ __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc
            "prepare_collection", "get_collection", "resolve_settings", "list_collections",
            "drop_collection", "CollectionInfo", "check_collection_name",
            "collection_embedding_function", "EF_NAME", "TEXT_SUFFIXES", "file_doc",
-           "read_beir_lines", "write_batch", "finish_report", "stale_ids",
+           "read_beir_lines", "write_batch", "write_chunked", "chunk_id", "model_window",
+           "finish_report", "stale_ids", "CHUNK_WRITE", "GROUP_FACTOR",
            "SettingsConflictError",
            "CollectionNotFoundError", "DatabaseNotFoundError"]

@@ -24,7 +24,9 @@ EXIT_USAGE = 2
 
 _FLAGS = {"model_name": "--model", "method": "--method", "query_instruction":
           "--query-instruction", "document_instruction": "--document-instruction",
-          "max_length": "--max-length", "dtype": "--dtype"}
+          "max_length": "--max-length", "dtype": "--dtype", "overflow": "--overflow",
+          "chunking": "--chunking", "chunk_size": "--chunk-size",
+          "chunk_overlap": "--chunk-overlap"}
 _SHOWN = 20  # skipped files printed per reason before a count
 
 
@@ -91,7 +93,10 @@ def _add_db_args(p: argparse.ArgumentParser, *, collection: bool = True) -> None
 def _requested(args: argparse.Namespace) -> dict[str, Any]:
     """The collection settings given on the command line (the others are reused)."""
     got = {k: v for k, v in {"model_name": args.model, "method": args.method,
-                             "max_length": args.max_length, "dtype": args.dtype}.items()
+                             "max_length": args.max_length, "dtype": args.dtype,
+                             "overflow": args.overflow, "chunking": args.chunking,
+                             "chunk_size": args.chunk_size,
+                             "chunk_overlap": args.chunk_overlap}.items()
            if v is not None}
     for key in ("query_instruction", "document_instruction"):
         value = getattr(args, key)
@@ -115,13 +120,27 @@ def _print_skipped(report: Any) -> None:
               "to read them", file=sys.stderr)
 
 
+def _report_truncation_once() -> None:
+    """Drop the encoder's per-batch truncation warnings (batch indices): the ingest report
+    names the truncated documents by id instead."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("truncated ")
+
+    log = logging.getLogger("htp_retrieval.encoder")
+    if not any(getattr(f, "__name__", "") == keep.__name__ for f in log.filters):
+        log.addFilter(keep)
+
+
 @friendly_errors
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Run ``htp-retrieval ingest``: exit 0, 1 with ``--strict`` when documents were rejected,
     2 on an expected error (nothing written).
 
     Settings not given on the command line are those stored with an existing collection
-    (or the defaults for a new one); a setting that differs from the stored one is refused.
+    (or the defaults for a new one: ``--chunking naive``); a setting that differs from the
+    stored one is refused.
     With ``--ray`` the documents are read, embedded and written by a Ray Data job
     (:func:`htp_retrieval.integrations.ray_ingest.ingest_ray`) into a Chroma server.
     """
@@ -138,6 +157,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if args.quiet:
         quiet_loading()
+    _report_truncation_once()
     check_collection_name(args.collection)
     check_documents(args.source, args.include)
     if args.ray and not str(args.db).startswith(("http://", "https://")):
@@ -160,6 +180,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.model is not None:
         check_model(args.model)
     client = make_client(args.db)
+    if "chunking" not in requested and args.collection not in {
+            getattr(c, "name", c) for c in client.list_collections()}:
+        requested["chunking"] = "naive"  # a new collection; an existing one keeps its own
+        HTPEmbeddingFunction(**requested, device=device)  # e.g. late needs a mean method
     try:
         ef = resolve_settings(client, args.collection, requested, device=device,
                               batch_size=embed_batch)
@@ -193,6 +217,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"pruned {doc_id}: source gone", file=sys.stderr)
     for doc_id in report.stale:
         print(f"stale {doc_id}: source gone (--prune removes it)", file=sys.stderr)
+    if report.truncated:
+        print(f"truncated {len(report.truncated)} document(s) to --max-length "
+              f"{ef.max_length} tokens (--overflow truncate; --overflow window embeds them "
+              f"whole): {', '.join(report.truncated)}", file=sys.stderr)
     print(report.summary())
     return 1 if args.strict and report.rejected else 0
 
@@ -208,15 +236,23 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.n_results < 1 or args.snippet < 0:
         raise ValueError(f"-k/--n-results must be >= 1 and --snippet >= 0, got "
                          f"{args.n_results} and {args.snippet}")
-    hits = query(args.text, db=args.db, collection=args.collection, n_results=args.n_results)
+    hits = query(args.text, db=args.db, collection=args.collection, n_results=args.n_results,
+                 group_by_document=args.group_by_document)
     for rank, h in enumerate(hits, 1):
+        span = h.span
         if args.json:
             row: dict[str, Any] = {"rank": rank, "id": h.id, "score": h.score,
+                                   "parent_id": h.parent_id,
+                                   "chunk_index": h.metadata.get("chunk_index"),
+                                   "chunk_start": span[0] if span else None,
+                                   "chunk_end": span[1] if span else None,
                                    "metadata": h.metadata, "document": h.document}
             print(json.dumps(row, ensure_ascii=False))
         else:
+            where = (f"  [{h.parent_id} chars {span[0]}-{span[1]}]" if span is not None
+                     else "")
             snippet = " ".join((h.document or "").split())[: args.snippet]
-            print(f"{rank}. {h.id}  score {h.score:.4f}\n   {snippet}")
+            print(f"{rank}. {h.id}  score {h.score:.4f}{where}\n   {snippet}")
     return 0
 
 
@@ -234,9 +270,13 @@ def cmd_collections(args: argparse.Namespace) -> int:
             print(f"{c.name}  {c.count} vectors  (not made by htp-retrieval)")
         else:
             s = c.settings
+            chunks = (f"  chunking {s.get('chunking', 'none')}" if s.get("chunking", "none")
+                      == "none" else f"  chunking {s.get('chunking')} {s.get('chunk_size')}"
+                      f"/{s.get('chunk_overlap')} tokens")
             print(f"{c.name}  {c.count} vectors  model {s.get('model_name')}  method "
                   f"{s.get('method')}  dtype {s.get('dtype')}  max_length "
-                  f"{s.get('max_length')}  query_instruction {s.get('query_instruction')!r}")
+                  f"{s.get('max_length')}  overflow {s.get('overflow', 'truncate')}{chunks}  "
+                  f"query_instruction {s.get('query_instruction')!r}")
     if not infos and not args.json:
         print(f"no collections in {args.db}", file=sys.stderr)
     return 0
@@ -306,7 +346,20 @@ def add_subcommands(subparsers: Any) -> None:
     g.add_argument("--document-instruction", default=None,
                    help="instruction for documents ('' for none; new: none)")
     g.add_argument("--max-length", type=int, default=None,
-                   help="max text tokens per document (new: 512)")
+                   help="text tokens per forward pass (new: the model's context window, "
+                        "stored as a number)")
+    g.add_argument("--overflow", default=None, choices=("window", "truncate", "error"),
+                   help="a text longer than --max-length is embedded whole in overlapping "
+                        "windows (window), cut with the document named in the report "
+                        "(truncate) or refused (error) (new: window)")
+    g.add_argument("--chunking", default=None, choices=("none", "naive", "late"),
+                   help="one vector per document (none), per chunk embedded alone (naive) or "
+                        "per chunk pooled from one pass over its document (late); chunk ids "
+                        "are DOC_ID#cN (new: naive)")
+    g.add_argument("--chunk-size", type=int, default=None,
+                   help="chunk size in tokens (new: 256)")
+    g.add_argument("--chunk-overlap", type=int, default=None,
+                   help="overlap of consecutive chunks in tokens (new: 0)")
     g.add_argument("--dtype", default=None,
                    help="auto, bfloat16, float16 or float32 (new: auto, resolved on this "
                         "machine and stored: bf16 on a GPU or a CPU with native bf16, "
@@ -345,6 +398,8 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("-k", "--n-results", type=int, default=5, help="hits to show")
     p.add_argument("--json", action="store_true", help="one JSON object per hit")
     p.add_argument("--snippet", type=int, default=200, help="characters of text shown")
+    p.add_argument("--group-by-document", action="store_true",
+                   help="the best chunk of each of the top -k documents (chunked collections)")
     p.add_argument("--quiet", action="store_true", help="no model-loading progress bar")
     p.set_defaults(func=cmd_query)
 

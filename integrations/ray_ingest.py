@@ -13,10 +13,12 @@ For corpora beyond one machine. The pipeline is one streaming Ray Data job:
    :class:`~htp_retrieval.integrations.chroma.HTPEmbeddingFunction`) and a Chroma
    ``HttpClient``; per batch it looks the ids up, skips documents stored with the same text,
    embeds the rest and upserts them by id
-   (:func:`~htp_retrieval.integrations.chroma.write_batch`), so a rerun adds nothing and a
-   killed run is completed by the next one;
+   (:func:`~htp_retrieval.integrations.chroma.write_batch`; a chunked collection's
+   documents are cut and written as ``DOC_ID#cN`` chunks by
+   :func:`~htp_retrieval.integrations.chroma.write_chunked`, as in the single-process
+   ingestion), so a rerun adds nothing and a killed run is completed by the next one;
 3. **report**: the driver streams the per-document statuses (``added``, ``updated``,
-   ``unchanged``, ``rejected`` with the reason) into an
+   ``unchanged``, ``rejected`` with the reason, truncated documents) into an
    :class:`~htp_retrieval.integrations.chroma.IngestReport`.
 
 A rejected document (empty, undecodable, malformed line, duplicate id, or text the encoder
@@ -165,31 +167,35 @@ class EmbedWriter:
         self.ef = HTPEmbeddingFunction(**ef_config, device=device, batch_size=batch_size)
         self.col = make_client(db).get_collection(collection)
 
-    def _write(self, docs: list[SourceDoc]) -> list[tuple[str, str]]:
-        """``(status, reason)`` per document; a refused text is isolated and rejected."""
+    def _write(self, docs: list[SourceDoc], truncated: list[str]) -> list[tuple[str, str]]:
+        """``(status, reason)`` per document; a refused text is isolated and rejected. Ids
+        of documents cut to ``max_length`` are appended to ``truncated``."""
         try:
-            return [(s, "") for s in write_batch(self.col, self.ef, docs)]
+            return [(s, "") for s in write_batch(self.col, self.ef, docs,
+                                                  truncated=truncated)]
         except ValueError:
             if len(docs) == 1:
                 raise
         out: list[tuple[str, str]] = []
         for d in docs:  # one bad text must not block the others: retry one by one
             try:
-                out.append((write_batch(self.col, self.ef, [d])[0], ""))
+                out.append((write_batch(self.col, self.ef, [d], truncated=truncated)[0], ""))
             except ValueError as e:
                 out.append(("rejected", f"not embedded: {e}"))
         return out
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
-        """``{column: values}`` batch -> ``{"id", "status", "reason", "worker"}`` per document
-        (``worker``: ``host:pid`` of this actor)."""
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        """``{column: values}`` batch -> ``{"id", "status", "reason", "worker",
+        "truncated"}`` per document (``worker``: ``host:pid`` of this actor; ``truncated``:
+        whether the text was cut to ``max_length``)."""
         rows = [dict(zip(batch, vals)) for vals in zip(*batch.values())]
         docs = [_doc(r) for r in rows]
         good = [d for d in docs if d.error is None and d.text is not None]
         written: dict[str, tuple[str, str]] = {}
+        cut: list[str] = []
         if good:
             try:
-                results = self._write(good)
+                results = self._write(good, cut)
             except ValueError as e:  # the single remaining document was refused
                 results = [("rejected", f"not embedded: {e}")]
             written = {d.id: r for d, r in zip(good, results)}
@@ -203,7 +209,9 @@ class EmbedWriter:
                 status.append("rejected")
                 reason.append(d.error or "no text")
         worker = f"{os.uname().nodename}:{os.getpid()}"
-        return {"id": ids, "status": status, "reason": reason, "worker": [worker] * len(ids)}
+        cut_ids = set(cut)
+        return {"id": ids, "status": status, "reason": reason, "worker": [worker] * len(ids),
+                "truncated": [i in cut_ids for i in ids]}
 
 
 def ingest_ray(
@@ -301,9 +309,12 @@ def ingest_ray(
         workers: set[str] = set()
         for batch in statuses.iter_batches(batch_size=4096, batch_format="numpy"):
             workers.update(str(w) for w in batch["worker"])
-            for doc_id, status, reason in zip(batch["id"], batch["status"], batch["reason"]):
+            for doc_id, status, reason, cut in zip(batch["id"], batch["status"],
+                                                   batch["reason"], batch["truncated"]):
                 report.seen += 1
                 seen_ids.add(str(doc_id))
+                if cut:
+                    report.truncated.append(str(doc_id))
                 if status == "rejected":
                     report.rejected.append(Rejected(str(doc_id), str(reason)))
                 else:
@@ -312,6 +323,7 @@ def ingest_ray(
         if started:
             ray.shutdown()
     report.rejected.sort(key=lambda r: r.id)
+    report.truncated.sort()
     report.workers = len(workers)
     return finish_report(report, col, seen_ids, prune=prune)
 
