@@ -1,12 +1,18 @@
-"""RAG over Paul Graham essays: LangChain + Chroma + HTPEmbeddings + the packaged SmolLM2.
+"""RAG over Paul Graham essays: LangChain + Chroma + late-chunked HTP vectors + SmolLM2.
 
-Ingests the essays (split into paragraph chunks) into a Chroma collection through
-``langchain-chroma`` with :class:`~htp_retrieval.integrations.HTPEmbeddings`, retrieves for a
-question, and answers it with SmolLM2-135M-Instruct through a small LangChain chat model
-over ``transformers`` generation. Runs offline.
+Loads the essays as LangChain ``Document`` s, splits them into chunks of at most
+``--chunk-tokens`` model tokens with a LangChain ``RecursiveCharacterTextSplitter``
+(``add_start_index=True``; :func:`~htp_retrieval.integrations.late_chunking.token_splitter`),
+embeds every chunk in the context of its whole essay (late chunking, Günther et al. 2024,
+arXiv 2409.04701: :func:`~htp_retrieval.integrations.late_chunking.add_late_chunked_documents`)
+into a ``langchain-chroma`` store, retrieves chunks for a question, answers it with
+SmolLM2-135M-Instruct through a small LangChain chat model over ``transformers`` generation,
+and shows the essay the best chunks come from
+(:class:`~htp_retrieval.integrations.late_chunking.LateChunkParentRetriever`). Runs offline.
 
 Usage:
-    python examples/langchain_rag.py [ESSAYS_DIR] [--limit 5] [--question "..."]
+    python examples/langchain_rag.py [ESSAYS_DIR] [--limit 5] [--chunk-tokens 256]
+        [--question "..."]
 """
 
 from __future__ import annotations
@@ -68,33 +74,19 @@ class TransformersChat(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text.strip()))])
 
 
-def chunk_essays(folder: Path, limit: int | None, chunk_chars: int
-                 ) -> tuple[list[str], list[dict[str, str]], list[str]]:
-    """Split essays into paragraph chunks of about ``chunk_chars`` characters.
+def load_essays(folder: Path, limit: int | None) -> list[Any]:
+    """The essays as LangChain Documents (``id``: file stem, ``metadata["essay"]``).
 
-    Returns:
-        ``(texts, metadatas, ids)``, ids ``"<essay>#<n>"`` (stable across runs).
+    Raises:
+        FileNotFoundError: if the folder holds no ``.txt`` file.
     """
+    from langchain_core.documents import Document
+
     files = sorted(folder.glob("*.txt"))[: limit or None]
     if not files:
-        raise FileNotFoundError(f"no .txt essays in {folder}")
-    texts, metas, ids = [], [], []
-    for f in files:
-        paras = [p.strip() for p in f.read_text(encoding="utf-8").split("\n\n") if p.strip()]
-        cur = ""
-        chunks = []
-        for p in paras:
-            if cur and len(cur) + len(p) > chunk_chars:
-                chunks.append(cur)
-                cur = ""
-            cur = f"{cur}\n\n{p}" if cur else p
-        if cur:
-            chunks.append(cur)
-        for n, c in enumerate(chunks):
-            texts.append(c)
-            metas.append({"essay": f.stem})
-            ids.append(f"{f.stem}#{n}")
-    return texts, metas, ids
+        raise FileNotFoundError(f"no .txt essays in {folder}: pass the essays folder")
+    return [Document(page_content=f.read_text(encoding="utf-8"), id=f.stem,
+                     metadata={"essay": f.stem}) for f in files]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="Chroma directory (default: a temp dir)")
     p.add_argument("--collection", default="pg-essays")
     p.add_argument("--k", type=int, default=2, help="chunks retrieved")
-    p.add_argument("--chunk-chars", type=int, default=1500)
+    p.add_argument("--chunk-tokens", type=int, default=256, help="model tokens per chunk")
+    p.add_argument("--chunk-overlap", type=int, default=0, help="overlap in tokens")
     p.add_argument("--max-new-tokens", type=int, default=48)
     args = p.parse_args(argv)
 
@@ -115,11 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnablePassthrough
+    from langchain_core.stores import InMemoryStore
 
     from htp_retrieval.integrations import HTPEmbeddings
     from htp_retrieval.integrations.chroma import make_client
+    from htp_retrieval.integrations.late_chunking import (
+        LateChunkParentRetriever,
+        add_late_chunked_documents,
+        token_splitter,
+    )
 
-    texts, metas, ids = chunk_essays(Path(args.essays), args.limit, args.chunk_chars)
+    essays = load_essays(Path(args.essays), args.limit)
     db = args.db or tempfile.mkdtemp(prefix="htp-lc-chroma-")
     # One-line swap: HuggingFaceEmbeddings(...) -> HTPEmbeddings(...)
     embeddings = HTPEmbeddings(
@@ -128,9 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     store = Chroma(collection_name=args.collection, embedding_function=embeddings,
                    client=make_client(db))
-    store.add_texts(texts, metadatas=metas, ids=ids)  # stable ids: re-runs upsert
-    print(f"indexed {len(texts)} chunks from {len(set(m['essay'] for m in metas))} essays "
-          f"in {db}")
+    parents = InMemoryStore()  # whole essays, keyed by essay id
+    splitter = token_splitter(embeddings, args.chunk_tokens, args.chunk_overlap)
+    # ids "<essay>#<n>": re-runs replace an essay's chunks
+    ids = add_late_chunked_documents(store, embeddings, essays, splitter=splitter,
+                                     docstore=parents)
+    tok = embeddings.encoder.tokenizer
+    stored = store.get(ids=ids, include=["documents"])["documents"]
+    longest = max(len(tok(t, add_special_tokens=False).input_ids) for t in stored)
+    print(f"indexed {len(ids)} chunks from {len(essays)} essays (late chunking, at most "
+          f"{longest} tokens per chunk) in {db}")
     retriever = store.as_retriever(search_kwargs={"k": args.k})
 
     def format_docs(docs: list[Any]) -> str:
@@ -144,7 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     chain = ({"context": retriever | format_docs, "question": RunnablePassthrough()}
              | prompt | llm | StrOutputParser())
     for d in retriever.invoke(args.question):
-        print(f"source: {d.metadata.get('essay')}: {d.page_content[:80]!r}")
+        m = d.metadata
+        print(f"source: {m['essay']}#{m['chunk_index']} [{m['start_index']}:{m['end_index']}]: "
+              f"{d.page_content[:80]!r}")
+    essay = LateChunkParentRetriever(vectorstore=store, docstore=parents, k=1).invoke(
+        args.question)[0]
+    print(f"essay: {essay.id} ({len(essay.page_content)} characters, matched chunks "
+          f"{essay.metadata['matched_chunks'][:5]})")
     answer = chain.invoke(args.question)
     print(f"question: {args.question}\nanswer: {answer}")
     return 0

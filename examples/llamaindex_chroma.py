@@ -1,8 +1,16 @@
-"""Paul Graham essays in Chroma through LlamaIndex (``ChromaVectorStore`` + ``VectorStoreIndex``)
-with :class:`~htp_retrieval.integrations.HTPEmbeddings` as ``embed_model``. Runs offline.
+"""Paul Graham essays in Chroma through LlamaIndex, late-chunked with HTPEmbeddings.
+
+An ``IngestionPipeline`` splits the essays with ``SentenceSplitter`` (chunk size in the
+model's own tokens), embeds every chunk in the context of its whole essay with
+:class:`~htp_retrieval.integrations.late_chunking.LateChunkEmbedding` (late chunking,
+Günther et al. 2024, arXiv 2409.04701) and writes the nodes to a ``ChromaVectorStore``; a
+``VectorStoreIndex`` over that store, with
+:class:`~htp_retrieval.integrations.HTPEmbeddings` as ``embed_model``, answers the
+question's retrieval. Runs offline.
 
 Usage:
-    python examples/llamaindex_chroma.py [ESSAYS_DIR] [--limit 5] [--question "..."]
+    python examples/llamaindex_chroma.py [ESSAYS_DIR] [--limit 5] [--chunk-size 256]
+        [--question "..."]
 """
 
 from __future__ import annotations
@@ -25,19 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="Chroma directory (default: a temp dir)")
     p.add_argument("--collection", default="pg-essays-li")
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--chunk-size", type=int, default=384, help="tokens per chunk")
+    p.add_argument("--chunk-size", type=int, default=256, help="model tokens per chunk")
+    p.add_argument("--chunk-overlap", type=int, default=32, help="overlap in tokens")
     args = p.parse_args(argv)
 
-    from llama_index.core import Document, StorageContext, VectorStoreIndex
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.ingestion import IngestionPipeline
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
     from htp_retrieval.integrations import HTPEmbeddings
     from htp_retrieval.integrations.chroma import make_client
+    from htp_retrieval.integrations.late_chunking import LateChunkEmbedding
 
     files = sorted(Path(args.essays).glob("*.txt"))[: args.limit or None]
     if not files:
-        raise FileNotFoundError(f"no .txt essays in {args.essays}")
+        raise FileNotFoundError(f"no .txt essays in {args.essays}: pass the essays folder")
     docs = [Document(text=f.read_text(encoding="utf-8"), id_=f.stem,
                      metadata={"essay": f.stem}) for f in files]
     db = args.db or tempfile.mkdtemp(prefix="htp-li-chroma-")
@@ -50,14 +61,27 @@ def main(argv: list[str] | None = None) -> int:
         query_instruction="Given a question, retrieve passages that answer the question",
         embed_batch_size=8,
     )
-    index = VectorStoreIndex.from_documents(
-        docs,
-        storage_context=StorageContext.from_defaults(vector_store=store),
-        embed_model=embed_model,
-        transformations=[SentenceSplitter(chunk_size=args.chunk_size, chunk_overlap=32)],
-        show_progress=True,
+    tok = embed_model.encoder.tokenizer
+
+    def n_tokens(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False).input_ids
+
+    pipeline = IngestionPipeline(
+        transformations=[
+            # sets each node's start_char_idx / end_char_idx in its essay
+            SentenceSplitter(chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
+                             tokenizer=n_tokens),
+            LateChunkEmbedding(embed_model=embed_model),  # sets node.embedding
+        ],
+        vector_store=store,
     )
-    print(f"indexed {collection.count()} chunks from {len(docs)} essays in {db}")
+    # source_texts: the essays' exact texts (without it they are rebuilt from the nodes)
+    nodes = pipeline.run(documents=docs, source_texts={d.doc_id: d.text for d in docs},
+                         show_progress=True)
+    longest = max(len(n_tokens(n.get_content())) for n in nodes)
+    print(f"indexed {collection.count()} chunks from {len(docs)} essays (late chunking, at "
+          f"most {longest} tokens per chunk) in {db}")
+    index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
     for n in index.as_retriever(similarity_top_k=args.k).retrieve(args.question):
         print(f"{n.score:.4f} {n.node.metadata.get('essay')}: "
               f"{n.node.get_content()[:80]!r}")

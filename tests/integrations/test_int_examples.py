@@ -25,22 +25,38 @@ def _run(args: list[str], tmp_path: Path) -> str:
     return out.stdout
 
 
+_INDEXED = re.compile(r"^indexed (\d+) chunks from (\d+) essays \(late chunking, at most "
+                      r"(\d+) tokens per chunk\)", re.M)
+
+
+def _chunking(out: str, chunk_tokens: int) -> None:
+    """Real chunking: more chunks than essays, none much over the token budget."""
+    m = _INDEXED.search(out)
+    assert m, out
+    n_chunks, n_essays, longest = map(int, m.groups())
+    assert n_chunks > n_essays >= 1
+    assert longest <= chunk_tokens + 8  # a join can add a token or two
+
+
 @pytest.mark.skipif(not ESSAYS.is_dir(), reason="essays not available")
 def test_langchain_rag(tmp_path: Path) -> None:
     pytest.importorskip("langchain_chroma")
     out = _run([str(ROOT / "examples/langchain_rag.py"), str(ESSAYS), "--limit", "1",
                 "--db", str(tmp_path / "db"), "--max-new-tokens", "16", "--k", "1",
-                "--chunk-chars", "800"], tmp_path)
-    assert "indexed" in out and "source: " in out and "answer:" in out
+                "--chunk-tokens", "128"], tmp_path)
+    _chunking(out, 128)
+    assert re.search(r"^source: addiction#\d+ \[\d+:\d+\]: ", out, re.M), out
+    assert "essay: addiction (" in out and "answer:" in out
 
 
 @pytest.mark.skipif(not ESSAYS.is_dir(), reason="essays not available")
 def test_llamaindex_chroma(tmp_path: Path) -> None:
     pytest.importorskip("llama_index.vector_stores.chroma")
     out = _run([str(ROOT / "examples/llamaindex_chroma.py"), str(ESSAYS), "--limit", "1",
-                "--db", str(tmp_path / "db"), "--k", "2"], tmp_path)
+                "--db", str(tmp_path / "db"), "--k", "2", "--chunk-size", "128"], tmp_path)
+    _chunking(out, 128)
     hits = [x for x in out.splitlines() if re.match(r"^-?\d\.\d{4} addiction: ", x)]
-    assert "indexed" in out and len(hits) == 2
+    assert len(hits) == 2
 
 
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="SciFact not available")
