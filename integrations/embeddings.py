@@ -79,6 +79,13 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         index = VectorStoreIndex.from_documents([Document(text="HTP adds block summaries.")])
         nodes = index.as_retriever(similarity_top_k=1).retrieve("What does HTP add?")
 
+    Long texts: ``max_length`` defaults to the model's context window, and a longer text is
+    embedded whole in overlapping windows (``overflow="window"``); ``overflow="truncate"``
+    cuts it to ``max_length`` tokens and logs a warning naming the text, ``"error"`` raises.
+    For chunked retrieval with each chunk embedded in the context of its whole document
+    (late chunking), see :meth:`embed_late_chunks` and
+    :mod:`htp_retrieval.integrations.late_chunking`.
+
     Arguments carried over from ``HuggingFaceEmbeddings`` / ``HuggingFaceEmbedding`` keep
     their meaning: ``text_instruction`` for ``document_instruction``, ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
     :class:`~htp_retrieval.HTPEncoder` keywords), ``encode_kwargs`` for encoding
@@ -88,9 +95,10 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     Raises:
         ValueError: at construction (pydantic ``ValidationError``) for an unknown argument
             or ``model_kwargs``/``encode_kwargs`` key, an unknown method, dtype or device, an
-            unknown encoder keyword, or a non-positive ``max_length`` or
-            ``embed_batch_size``; when embedding, for a text without content (its index is
-            named) or invalid encoder settings.
+            unknown encoder keyword, an ``overflow`` other than window/truncate/error, or a
+            non-positive ``max_length`` or ``embed_batch_size``; when embedding, for a text
+            without content (its index is named), a text over ``max_length`` with
+            ``overflow="error"``, or invalid encoder settings.
         TypeError: when embedding, if a single string is passed where a list is expected.
         ImportError: when embedding, if a packaged model's package is missing.
     """

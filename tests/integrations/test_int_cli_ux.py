@@ -85,7 +85,8 @@ def test_expected_errors_are_one_line_and_create_nothing(tmp_path: Path,
     # the corrected command then succeeds
     ok = _cli(*base, "--model", tiny_model_dir, "--method", "htp", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "2 added" in ok.stdout and _ids(db, "notes") == {"a.txt", "b.txt"}
+    # a new collection is chunked (naive): a short note is one chunk, DOC_ID#c0
+    assert "2 added" in ok.stdout and _ids(db, "notes") == {"a.txt#c0", "b.txt#c0"}
     assert "Loading weights" not in ok.stderr and "%|" not in ok.stderr  # --quiet
     # read-only commands never create a database; unknown names are one line
     _one_line_error(_cli("query", "bees", "--db", str(tmp_path / "dbx"), cwd=tmp_path),
@@ -123,10 +124,10 @@ def test_rerun_reuses_stored_settings_prune_and_drop(tmp_path: Path,
     stale = _cli(*base, cwd=tmp_path)
     assert stale.returncode == 0 and "2 stale" in stale.stdout
     assert "stale b.txt" in stale.stderr and "stale c.txt" in stale.stderr
-    assert _ids(db, "kept") == {"a.txt", "b.txt", "c.txt", "renamed.txt"}
+    assert _ids(db, "kept") == {"a.txt#c0", "b.txt#c0", "c.txt#c0", "renamed.txt#c0"}
     pruned = _cli(*base, "--prune", cwd=tmp_path)
     assert pruned.returncode == 0 and "2 pruned" in pruned.stdout, pruned.stderr[-2000:]
-    assert _ids(db, "kept") == {"a.txt", "renamed.txt"}
+    assert _ids(db, "kept") == {"a.txt#c0", "renamed.txt#c0"}
 
     listed = _cli("collections", "--db", str(db), "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -249,14 +250,15 @@ def test_edge_cases_found_by_trying_it(tmp_path: Path, tiny_model_dir: str) -> N
     kept = _cli("ingest", str(src), "--db", str(db), "--collection", "edge", "--quiet",
                 "--prune", cwd=tmp_path)
     assert kept.returncode == 0 and "0 stale" in kept.stdout, kept.stdout
-    assert _ids(db, "edge") == {"a.txt", "b.txt", "guide.rst"}
+    assert _ids(db, "edge") == {"a.txt#c0", "b.txt#c0", "guide.rst#c0"}
     # an empty source is an error: it never creates a collection nor prunes one
     (tmp_path / "empty").mkdir()
     _one_line_error(_cli("ingest", str(tmp_path / "empty"), "--db", str(db), "--collection",
                          "edge", "--prune", cwd=tmp_path), "no documents in")
     _one_line_error(_cli("ingest", str(tmp_path / "empty"), "--db", str(db), "--collection",
                          "new-one", "--model", tiny_model_dir, cwd=tmp_path), "no documents")
-    assert _ids(db, "edge") == {"a.txt", "b.txt", "guide.rst"} and "new-one" not in _names(db)
+    assert _ids(db, "edge") == {"a.txt#c0", "b.txt#c0", "guide.rst#c0"}
+    assert "new-one" not in _names(db)
     # --db naming a file is one line; a collection made without htp-retrieval can be dropped
     (tmp_path / "dbfile").write_text("x")
     _one_line_error(_cli("ingest", str(src), "--db", str(tmp_path / "dbfile"), cwd=tmp_path),

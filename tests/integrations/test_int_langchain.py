@@ -66,6 +66,19 @@ def test_is_both_frameworks_and_lazy() -> None:
     assert len(e.embed_query("lazy")) == 576
     assert e.encoder_config in loaded_configs()
     assert HTPEmbeddings.model_fields["query_instruction"].description
+    assert HTPEmbeddings.model_fields["overflow"].description
+
+
+def test_long_text_defaults_and_overflow_setting() -> None:
+    e = HTPEmbeddings()
+    assert e.max_length is None and e.overflow == "window"  # the model window, never cut
+    assert e.encoder_config.overflow == "window" and e.encoder_config.max_length is None
+    cut = HTPEmbeddings(max_length=64, overflow="truncate")
+    assert cut.encoder_config.overflow == "truncate" and cut.encoder_config.max_length == 64
+    with pytest.raises(ValueError, match="overflow"):
+        HTPEmbeddings(overflow="cut")
+    with pytest.raises(ValueError, match="max_length"):
+        HTPEmbeddings(max_length=0)
 
 
 def test_copies_share_the_encoder(emb: HTPEmbeddings) -> None:

@@ -103,16 +103,31 @@ def test_ray_ingest_folder_and_cli(
     (src / "empty.md").write_text(" \n", encoding="utf-8")
     (src / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     (src / ".hidden.txt").write_text("never read", encoding="utf-8")
+    long = " ".join(f"Sentence {k} about salt and the sea." for k in range(80))
+    (src / "long.txt").write_text(long, encoding="utf-8")
     args = ["ingest", str(src), "--db", chroma_server, "--collection", "ray-notes", "--ray",
             "--concurrency", "2", "--num-cpus", "0.5", "--threads", "1", "--quiet",
-            "--model", tiny_model_dir, "--dtype", "float32", "--device", "cpu"]
+            "--model", tiny_model_dir, "--dtype", "float32", "--device", "cpu",
+            "--chunk-size", "64"]
     assert main(args) == 0
     cap = capsys.readouterr()
-    assert "6 added" in cap.out and "2 rejected" in cap.out
+    assert "7 added" in cap.out and "2 rejected" in cap.out
     assert "rejected latin1.txt: undecodable" in cap.err and "rejected empty.md: empty" in cap.err
-    ids = make_client(chroma_server).get_collection("ray-notes").get(include=[])["ids"]
-    assert sorted(ids) == sorted(["bees.txt", "sub/rust.txt", "tea.txt", "sub/volcanoes.txt",
-                                  "chess.txt", "sub/jazz.txt"])
+    got = make_client(chroma_server).get_collection("ray-notes").get(
+        include=["documents", "metadatas"])
+    # a new collection is chunked (naive): a short note is one chunk, DOC_ID#c0; the long
+    # one has the chunks (ids and offsets) of the single-process ingestion
+    chunks = _ef(tiny_model_dir, chunking="naive", chunk_size=64).split(long)
+    assert len(chunks) > 3
+    assert sorted(got["ids"]) == sorted([f"{d}#c0" for d in [
+        "bees.txt", "sub/rust.txt", "tea.txt", "sub/volcanoes.txt", "chess.txt",
+        "sub/jazz.txt"]] + [f"long.txt#c{c.index}" for c in chunks])
+    for cid, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+        if meta["parent_id"] == "long.txt":
+            c = chunks[meta["chunk_index"]]
+            assert (meta["chunk_start"], meta["chunk_end"], meta["n_chunks"]) == (
+                c.start, c.end, len(chunks))
+            assert long[c.start : c.end] == text, cid
     assert main([*args, "--strict"]) == 1  # rejected documents -> exit 1; nothing added
     assert "0 added" in capsys.readouterr().out
 
