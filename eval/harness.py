@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from htp_retrieval.dtypes import resolve_dtype
+from htp_retrieval.eval.chunk_eval import (
+    IN_DOC,
+    SpanData,
+    has_spans,
+    load_spans,
+    run_chunk_retrieval,
+)
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
@@ -44,7 +51,7 @@ from htp_retrieval.models import (
     model_type_of,
 )
 
-DataKind = Literal["retrieval", "sts"]
+DataKind = Literal["retrieval", "sts", "spans"]
 """``retrieval``: corpus/queries/qrels scored by pytrec_eval; ``sts``: sentence pairs."""
 BlockSize = int | Literal["auto"]
 SYNTHETIC_METRICS = ("ndcg_cut_10", "recall_100", "map_cut_10", "recip_rank", "P_1")
@@ -62,14 +69,15 @@ class DataItem:
         kind: :data:`DataKind`.
         name: Dataset name (results folder ``<name>-<split>``).
         split: Split name.
-        data: :class:`BeirData` (retrieval) or :class:`StsData`.
+        data: :class:`BeirData` (retrieval), :class:`StsData` or
+            :class:`~htp_retrieval.eval.chunk_eval.SpanData` (chunk-level retrieval).
         context_length: Synthetic tasks: the generated length in tokens.
     """
 
     kind: DataKind
     name: str
     split: str
-    data: BeirData | StsData
+    data: BeirData | StsData | SpanData
     context_length: int | None = None
 
 
@@ -132,6 +140,14 @@ class EvalSettings:
         preset: Calibration preset JSON (``htp-retrieval calibrate``) passed to every
             encoder (:class:`~htp_retrieval.HTPEncoder` ``preset=``); part of the result
             name (``preset-<file stem>``).
+        chunkings: Evidence-span data only: chunk embeddings to compare, ``naive`` and/or
+            ``late`` (:mod:`~htp_retrieval.eval.chunk_eval`); part of the result name
+            (``chunk-<chunking><tokens>``).
+        chunk_tokens: Evidence-span data: chunk size in tokens.
+        chunk_overlap: Evidence-span data: overlap of consecutive chunks in tokens
+            (``-o<overlap>`` in the name when not 0).
+        late_window: Late chunking: text tokens per forward pass (``None``: the encoder's
+            ``max_length``, the model's window; ``-w<tokens>`` in the name when set).
     """
 
     model: str = DEFAULT_MODEL
@@ -163,6 +179,10 @@ class EvalSettings:
     synthetic_tokenizer: str | None = None
     verbose: bool = False
     preset: str | None = None
+    chunkings: Sequence[str] = ("naive",)
+    chunk_tokens: int = 256
+    chunk_overlap: int = 0
+    late_window: int | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -422,6 +442,9 @@ def resolve_data(
         spec: One of
 
             * a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``);
+            * such a folder with ``spans/<split>.jsonl`` evidence spans: chunk-level
+              retrieval (:mod:`~htp_retrieval.eval.chunk_eval`; ``max_docs`` samples
+              documents with their queries);
             * a LongEmbed folder (BEIR layout, or the hub's ``qrels.jsonl`` layout);
             * ``longembed:<task>``: the task from the hub dataset ``dwzhu/LongEmbed``;
             * ``needle`` or ``passkey``: generated (:mod:`~htp_retrieval.eval.synthetic`),
@@ -471,6 +494,9 @@ def resolve_data(
         if max_queries:
             data_s = data_s.subsample(max_queries, seed=seed)
         return [DataItem("sts", data_s.name, data_s.split, data_s)]
+    if path.is_dir() and has_spans(path, split):
+        spans = load_spans(path, split, max_docs=max_docs, max_queries=max_queries, seed=seed)
+        return [DataItem("spans", spans.name, split, spans)]
     if path.is_dir() and (path / "qrels" / f"{split}.tsv").exists():
         data = load_beir(path, split=split)
         return [DataItem("retrieval", data.name, split, _sub(data, max_queries, max_docs, seed))]
@@ -568,7 +594,9 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
         min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
         long_budget=settings.long_budget if _spec_uses_k(point.method) else None,
         short_budget=settings.short_budget if _spec_uses_k(point.method) else None,
-        max_length=point.max_length or item.context_length or 512, overflow="truncate",
+        **({"max_length": point.max_length, "overflow": "error"} if item.kind == "spans" else
+           {"max_length": point.max_length or item.context_length or 512,
+            "overflow": "truncate"}),
         tp_start=settings.tp_start, tp_exit=settings.tp_exit,
         output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
         padding_side=settings.padding_side,  # type: ignore[arg-type]
@@ -611,7 +639,9 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
         if settings.max_lengths:
             lengths: list[int | None] = list(settings.max_lengths)
         else:
-            lengths = [None] if item.context_length is not None else [512]
+            # synthetic tasks cover their context; chunk-level runs use the model's window
+            lengths = ([None] if item.context_length is not None or item.kind == "spans"
+                       else [512])
         for point in sweep_points(settings.methods, max_lengths=lengths, ks=settings.ks,
                                   ns=settings.ns):
             path = out_dir / result_name(point, settings, context_length=item.context_length,
@@ -628,6 +658,10 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                 continue
             enc = enc or _make_encoder(settings, point, item)
             _log(f"[{label}] {item.name}-{item.split}: encoding ...")
+            if isinstance(item.data, SpanData):
+                for chunking in settings.chunkings:
+                    results.append(_run_spans(enc, item, settings, chunking, path, command))
+                continue
             if isinstance(item.data, StsData):
                 res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
                 ckpt = None
@@ -656,6 +690,42 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
             _log(f"[{label}] {main_score[0]} {main_score[1]:.2f} -> {path}")
             results.append(res)
     return results
+
+
+def chunk_result_path(path: Path, settings: EvalSettings, chunking: str) -> Path:
+    """The result file of one chunking: ``<name>__chunk-<chunking><tokens>[-o<overlap>]
+    [-w<window>].json`` beside the point's name."""
+    tag = f"chunk-{chunking}{settings.chunk_tokens}"
+    if settings.chunk_overlap:
+        tag += f"-o{settings.chunk_overlap}"
+    if chunking == "late" and settings.late_window:
+        tag += f"-w{settings.late_window}"
+    return path.with_name(f"{path.stem}__{tag}.json")
+
+
+def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, path: Path,
+               command: str) -> RetrievalResult:
+    """One chunk-level result (reused if its file exists and ``overwrite`` is off)."""
+    assert isinstance(item.data, SpanData)
+    out = chunk_result_path(path, settings, chunking)
+    if out.exists() and not settings.overwrite:
+        _log(f"[{out.stem}] reusing {out} (--overwrite to recompute)")
+        return RetrievalResult.load(out)
+    _log(f"[{out.stem}] {item.name}-{item.split}: {chunking} chunks ...")
+    ckpt = out.with_name(out.stem + ".partial")
+    res = run_chunk_retrieval(
+        enc, item.data, split=item.split, chunking=chunking,
+        chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,
+        window_tokens=settings.late_window, checkpoint_dir=ckpt,
+        show_progress_bar=settings.show_progress_bar)
+    res.config["command"] = command
+    res.config.update(settings.extra_config)
+    res.save(out)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    s = res.scores
+    _log(f"[{out.stem}] NDCG@10 in-corpus {s['NDCG@10']:.2f}, in-document "
+         f"{s['NDCG@10' + IN_DOC]:.2f} -> {out}")
+    return res
 
 
 def _score_columns(group: list[RetrievalResult]) -> list[str]:

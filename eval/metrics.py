@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 DEFAULT_METRICS = ("ndcg_cut_10", "recall_100", "map_cut_10", "recip_rank")
 LABELS = {"ndcg_cut_10": "NDCG@10", "recall_100": "Recall@100", "map_cut_10": "MAP@10",
-          "recip_rank": "MRR", "P_1": "Acc@1"}
+          "recip_rank": "MRR", "P_1": "Acc@1", "recall_10": "Recall@10"}
 """pytrec_eval measure -> label in results (``P_1``, precision at 1, is top-1 accuracy)."""
 
 

@@ -17,6 +17,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``htp-retrieval eval``: datasets x methods x sweeps, one results JSON each."""
     import torch
 
+    from htp_retrieval.chunking import check_chunk_settings
     from htp_retrieval.eval.harness import (
         EvalSettings,
         format_results,
@@ -35,6 +36,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    chunkings = [c.strip() for c in args.chunking.split(",") if c.strip()]
+    bad = [c for c in chunkings if c not in ("naive", "late")]
+    if bad or not chunkings:
+        raise SystemExit(f"htp-retrieval eval: --chunking {args.chunking!r}: use naive, late "
+                         "or naive,late")
+    try:
+        check_chunk_settings(args.chunk_tokens, args.chunk_overlap)
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval eval: {e}") from e
     try:
         items = resolve_data(
             args.data, split=args.split, seed=args.seed, context_lengths=context_lengths,
@@ -42,6 +52,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             synthetic_tokenizer=args.synthetic_tokenizer, haystack=args.haystack)
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
+    chunk_flags = (args.chunking != "naive" or args.chunk_tokens != 256 or args.chunk_overlap
+                   or args.late_window is not None)
+    if chunk_flags and not any(it.kind == "spans" for it in items):
+        raise SystemExit(f"htp-retrieval eval: --chunking/--chunk-tokens/--chunk-overlap/"
+                         f"--late-window apply to evidence-span data (spans/{args.split}.jsonl) "
+                         f"only; --data {args.data!r} has none")
     for it in items:
         size = (f"{len(it.data)} pairs" if it.kind == "sts" else
                 f"{len(it.data.corpus)} documents, {len(it.data.queries)} queries")
@@ -58,7 +74,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
         chunk_size=args.chunk_size, max_queries=args.max_queries, max_docs=args.max_docs,
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
-        preset=_preset_arg(args, "eval"))
+        preset=_preset_arg(args, "eval"), chunkings=chunkings,
+        chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap,
+        late_window=args.late_window)
     print(format_results(run_eval(items, settings)))
     return 0
 
@@ -296,6 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--padding-side", default="right", choices=["right", "left"])
     p.add_argument("--verbose", action="store_true",
                    help="print the placeholder layout of one input per method")
+    p.add_argument("--chunking", default="naive",
+                   help="evidence-span data (spans/<split>.jsonl): naive, late or naive,late "
+                   "(chunks embedded alone / pooled from one pass over the document)")
+    p.add_argument("--chunk-tokens", type=int, default=256,
+                   help="evidence-span data: chunk size in tokens (default 256)")
+    p.add_argument("--chunk-overlap", type=int, default=0,
+                   help="evidence-span data: overlap of consecutive chunks in tokens")
+    p.add_argument("--late-window", type=int, default=None,
+                   help="late chunking: text tokens per forward pass (default: the model's "
+                   "window, at most 8,064)")
     _add_encoder_args(p, sweep=True)
     p.set_defaults(func=cmd_eval)
 

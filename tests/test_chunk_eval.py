@@ -1,0 +1,127 @@
+"""Chunk-level retrieval on evidence spans: loader, chunk relevance, scopes, harness wiring."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from htp_retrieval import HTPEncoder
+from htp_retrieval.chunking import Chunk
+from htp_retrieval.eval.chunk_eval import (
+    IN_DOC,
+    SpanData,
+    chunk_qrels,
+    load_spans,
+    run_chunk_retrieval,
+)
+from htp_retrieval.eval.data import BeirData
+from htp_retrieval.eval.harness import resolve_data
+
+SPANS = Path(__file__).resolve().parents[2] / "shared/data/spans/qmsum"
+needs_data = pytest.mark.skipif(not SPANS.exists(), reason="../shared/data not beside checkout")
+
+
+@needs_data
+def test_load_spans_reads_the_qmsum_dev_layout() -> None:
+    data = load_spans(SPANS, "dev")
+    assert len(data.corpus) == 197
+    assert len(data.queries) == 1332
+    assert sum(len(s) for s in data.spans.values()) == 1454
+    for q, spans in data.spans.items():
+        for d, s, e in spans:
+            assert d in data.beir.qrels[q]
+            assert 0 <= s < e <= len(data.corpus[d]["text"])
+    sub = load_spans(SPANS, "dev", max_docs=5, seed=3)
+    assert len(sub.corpus) == 5
+    assert all(d in sub.corpus for sp in sub.spans.values() for d, _, _ in sp)
+    assert sub.corpus.keys() == load_spans(SPANS, "dev", max_docs=5, seed=3).corpus.keys()
+
+
+def test_load_spans_names_a_bad_line(tmp_path: Path) -> None:
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "spans").mkdir()
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"_id": "d", "text": "abc"}) + "\n")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "x"}) + "\n")
+    (tmp_path / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    (tmp_path / "spans" / "dev.jsonl").write_text(
+        json.dumps({"query-id": "q", "corpus-id": "d", "start": 0, "end": 9}) + "\n")
+    with pytest.raises(ValueError, match=r"dev.jsonl:1: span \[0, 9\) outside document 'd'"):
+        load_spans(tmp_path, "dev")
+
+
+def test_chunk_qrels_mark_chunks_that_overlap_a_span() -> None:
+    beir = BeirData("t", {"d": {"title": "", "text": "x" * 100}}, {"q": "?"}, {"q": {"d": 1}})
+    data = SpanData(beir, {"q": [("d", 25, 55)]})
+    chunks = {"d": [Chunk(0, 0, 25), Chunk(1, 25, 50), Chunk(2, 50, 75), Chunk(3, 75, 100)]}
+    assert chunk_qrels(data, chunks) == {"q": {"d#c1": 1, "d#c2": 1}}
+
+
+def _toy(tmp_path: Path) -> Path:
+    """Two documents; each query is one sentence of a document, its span that sentence."""
+    docs = {
+        "a": "\n".join(f"Alpha line {i} speaks of apples number {i}." for i in range(40)),
+        "b": "\n".join(f"Beta line {i} speaks of boats number {i}." for i in range(40)),
+    }
+    (tmp_path / "qrels").mkdir(parents=True)
+    (tmp_path / "spans").mkdir()
+    with open(tmp_path / "corpus.jsonl", "w") as f:
+        for d, t in docs.items():
+            f.write(json.dumps({"_id": d, "title": "", "text": t}) + "\n")
+    rows, qrels, spans = [], ["query-id\tcorpus-id\tscore"], []
+    for d, t in docs.items():
+        for i in (3, 30):
+            line = t.split("\n")[i]
+            s = t.index(line)
+            q = f"{d}{i}"
+            rows.append({"_id": q, "text": line})
+            qrels.append(f"{q}\t{d}\t1")
+            spans.append({"query-id": q, "corpus-id": d, "start": s, "end": s + len(line)})
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "qrels" / "dev.tsv").write_text("\n".join(qrels) + "\n")
+    (tmp_path / "spans" / "dev.jsonl").write_text("\n".join(json.dumps(r) for r in spans) + "\n")
+    return tmp_path
+
+
+def test_run_chunk_retrieval_scores_both_scopes(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    data = load_spans(_toy(tmp_path), "dev")
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    naive = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=16,
+                                query_instruction="", show_progress_bar=False)
+    assert naive.counts["n_chunks"] > 10 and naive.counts["n_queries"] == 4
+    # a 16-token chunk is one line: the query's own text embeds identically and ranks first
+    assert naive.scores["NDCG@10"] == pytest.approx(100.0)
+    assert naive.scores["NDCG@10" + IN_DOC] == pytest.approx(100.0)
+    assert naive.config["chunking"] == "naive" and naive.config["chunk_tokens"] == 16
+    late = run_chunk_retrieval(enc, data, chunking="late", chunk_tokens=16, window_tokens=128,
+                               query_instruction="", show_progress_bar=False,
+                               checkpoint_dir=tmp_path / "ckpt")
+    assert set(late.scores) == {"NDCG@10", "Recall@10", "NDCG@10" + IN_DOC,
+                                "Recall@10" + IN_DOC}
+    assert all(0.0 <= v <= 100.0 for v in late.scores.values())
+    assert late.scores["NDCG@10" + IN_DOC] >= late.scores["NDCG@10"]
+    assert late.config["window_tokens"] == 128
+    again = run_chunk_retrieval(enc, data, chunking="late", chunk_tokens=16, window_tokens=128,
+                                query_instruction="", show_progress_bar=False,
+                                checkpoint_dir=tmp_path / "ckpt")
+    assert again.cost["resumed_chunks"] >= 1 and again.scores == late.scores
+
+
+def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
+    root = _toy(tmp_path / "toy")
+    items = resolve_data(str(root), split="dev")
+    assert [(it.kind, it.split) for it in items] == [("spans", "dev")]
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (beir / name).write_text((root / name).read_text())
+    (beir / "qrels" / "dev.tsv").write_text((root / "qrels" / "dev.tsv").read_text())
+    out = subprocess.run([sys.executable, "-m", "htp_retrieval.cli", "eval", "--data", str(beir),
+                          "--split", "dev", "--chunking", "late"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "apply to evidence-span data" in out.stderr
