@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                    client=make_client(db))
     parents = InMemoryStore()  # whole essays, keyed by essay id
     splitter = token_splitter(embeddings, args.chunk_tokens, args.chunk_overlap)
-    # ids "<essay>#<n>": re-runs replace an essay's chunks
+    # ids "<essay>#c<n>" (as htp-retrieval ingest --chunking late): re-runs replace an essay's chunks
     ids = add_late_chunked_documents(store, embeddings, essays, splitter=splitter,
                                      docstore=parents)
     tok = embeddings.encoder.tokenizer

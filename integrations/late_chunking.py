@@ -35,7 +35,8 @@ LangChain (``langchain-chroma``)::
 
 Each chunk is stored with the parent's metadata plus ``parent_id``, ``chunk_index``,
 ``start_index`` and ``end_index`` (characters; ``parent.page_content[start_index:end_index]``
-is the chunk), under the id ``"{parent_id}#{chunk_index}"``, so adding a document again
+is the chunk), under the id ``"{parent_id}#c{chunk_index}"`` (the ids and ``parent_id`` /
+``chunk_index`` keys of ``htp-retrieval ingest --chunking late``), so adding a document again
 replaces its chunks (a Chroma store also loses the chunks a shorter new version no longer
 has).
 
@@ -158,8 +159,8 @@ class LateChunkedDocument:
 
     @property
     def ids(self) -> list[str]:
-        """Chunk ids, ``"{parent_id}#{chunk_index}"``."""
-        return [f"{self.parent_id}#{i}" for i in range(len(self.chunks))]
+        """Chunk ids, ``"{parent_id}#c{chunk_index}"``."""
+        return [f"{self.parent_id}#c{i}" for i in range(len(self.chunks))]
 
 
 def _spans(parent: Document, parent_id: str, pieces: list[Document]) -> list[tuple[int, int]]:
@@ -248,7 +249,7 @@ def late_chunk_documents(
         parent = doc.model_copy(update={"id": pid})
         pieces = splitter.split_documents([parent])
         spans = _spans(parent, pid, pieces)
-        chunks = [Document(page_content=p.page_content, id=f"{pid}#{i}",
+        chunks = [Document(page_content=p.page_content, id=f"{pid}#c{i}",
                            metadata={**p.metadata, "parent_id": pid, "chunk_index": i,
                                      "start_index": a, "end_index": b})
                   for i, (p, (a, b)) in enumerate(zip(pieces, spans, strict=True))]
@@ -301,7 +302,7 @@ def add_late_chunked_documents(
     """Split documents, embed the chunks in context and add them to a vector store.
 
     See :func:`late_chunk_documents` for the splitting and embedding. Chunks are written
-    with their contextual vectors under the ids ``"{parent_id}#{chunk_index}"`` (an upsert:
+    with their contextual vectors under the ids ``"{parent_id}#c{chunk_index}"`` (an upsert:
     re-adding a document replaces its chunks; in a Chroma store the chunks of an earlier,
     longer version are deleted). The store's own embedding function is used only for
     queries, so create it with the same ``embeddings``.

@@ -97,7 +97,7 @@ def test_chroma_chunks_round_trip_and_match_encode_late_chunks(
     for cid in ids:
         text, meta, _ = by_id[cid]
         pid = meta["parent_id"]
-        assert cid == f"{pid}#{meta['chunk_index']}" and meta["source"] == f"{pid}.txt"
+        assert cid == f"{pid}#c{meta['chunk_index']}" and meta["source"] == f"{pid}.txt"
         assert texts[pid][meta["start_index"]:meta["end_index"]] == text
         spans[pid].append((meta["start_index"], meta["end_index"]))
     tok = emb.encoder.tokenizer
@@ -106,11 +106,11 @@ def test_chroma_chunks_round_trip_and_match_encode_late_chunks(
         assert len(spans[pid]) >= 3
     ref = _reference(emb, [ESSAY_A, ESSAY_B], [spans["a"], spans["b"]])
     for pid, r in zip("ab", ref, strict=True):
-        vecs = np.stack([by_id[f"{pid}#{j}"][2] for j in range(len(spans[pid]))])
+        vecs = np.stack([by_id[f"{pid}#c{j}"][2] for j in range(len(spans[pid]))])
         np.testing.assert_allclose(vecs, r, atol=1e-5)
     # contextual: a later chunk's vector is not the chunk embedded on its own
-    alone = np.asarray(emb.embed_documents([by_id["a#2"][0]])[0])
-    assert float(alone @ by_id["a#2"][2]) < 0.9999
+    alone = np.asarray(emb.embed_documents([by_id["a#c2"][0]])[0])
+    assert float(alone @ by_id["a#c2"][2]) < 0.9999
     assert parents.mget(["a", "b"])[1].page_content == ESSAY_B
 
 
@@ -148,7 +148,7 @@ def test_huggingface_tokenizer_splitter_and_re_add(emb: HTPEmbeddings, tmp_path:
     short = Document(page_content=ESSAY_A[:150], id="a")
     add_late_chunked_documents(store, emb, [short], splitter=splitter)
     left = store.get(where={"parent_id": "a"})["ids"]
-    assert sorted(left) == [f"a#{j}" for j in range(len(left))] and len(left) < len(ids)
+    assert sorted(left) == [f"a#c{j}" for j in range(len(left))] and len(left) < len(ids)
 
 
 def test_langchain_errors_name_the_fix(emb: HTPEmbeddings, tmp_path: Path) -> None:
