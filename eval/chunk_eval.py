@@ -11,9 +11,12 @@ overlaps one of the query's spans. Scores come in two scopes:
 * **in-document**: only the chunks of the query's own document are ranked
   (``NDCG@10 in-doc``, ``Recall@10 in-doc``).
 
-Chunk vectors are ``naive`` (each chunk embedded alone) or ``late`` (contextual chunk
-embeddings from one pass per window of the document,
-:meth:`~htp_retrieval.HTPEncoder.encode_late_chunks`).
+Chunk vectors (:data:`CHUNK_VARIANTS`) are ``naive`` (each chunk embedded alone),
+``late`` (contextual chunk embeddings from one pass per window of the document,
+:meth:`~htp_retrieval.HTPEncoder.encode_late_chunks`) or ``late-mix`` (the mean of a chunk's
+unit-length ``naive`` and ``late`` vectors: its own content plus its document's context).
+Finished chunk embeddings are cached in ``<cache>/chunk-embeddings/`` under a fingerprint
+of the encoder, chunking and spans, so ``late-mix`` reuses the two runs it combines.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from htp_retrieval.methods import task_instructions
 
 CHUNK_METRICS = ("ndcg_cut_10", "recall_10")
 """pytrec_eval measures of chunk retrieval (``NDCG@10``, ``Recall@10``)."""
+
+CHUNK_VARIANTS: tuple[str, ...] = ("naive", "late", "late-mix")
+"""Chunk embeddings the chunk-level eval compares."""
 
 IN_DOC = " in-doc"
 """Suffix of the in-document scores' labels."""
@@ -244,6 +250,82 @@ def embed_chunks(
     return out, cost
 
 
+def _weights_digest(encoder: Any) -> str:
+    """A short digest of the model's weights (two slices), so that two models with one
+    name (random test models, a fine-tuned copy) never share cached embeddings."""
+    import torch
+
+    params = list(encoder.model.parameters())
+    h = hashlib.sha256()
+    for p in (params[0], params[-1]):
+        h.update(p.detach().flatten()[:4096].to("cpu", torch.float32).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def cached_chunk_embeddings(
+    encoder: Any,
+    data: SpanData,
+    chunks: dict[str, list[Chunk]],
+    *,
+    chunking: str,
+    window_tokens: int | None = None,
+    checkpoint_dir: str | Path | None = None,
+    show_progress_bar: bool = True,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """:func:`embed_chunks` (or a :data:`CHUNK_VARIANTS` combination) behind a file cache.
+
+    The cache file is ``<cache_dir>/chunk-embeddings/<fingerprint>.npz``
+    (:func:`~htp_retrieval.models.cache_dir`), the fingerprint covering the encoder
+    config, the chunking, the window and every chunk span. ``late-mix`` is the mean of the
+    unit-length ``naive`` and ``late`` vectors, each taken from the cache or computed.
+
+    Returns:
+        ``(doc_id -> [n_chunks, hidden] float32, cost)`` as :func:`embed_chunks`, cost
+        summed over the parts computed or cached (``cached`` counts cache hits).
+
+    Raises:
+        ValueError: for a chunking not in :data:`CHUNK_VARIANTS`.
+    """
+    from htp_retrieval.models import cache_dir
+
+    if chunking not in CHUNK_VARIANTS:
+        raise ValueError(f"chunking must be one of {CHUNK_VARIANTS}, got {chunking!r}")
+    if chunking == "late-mix":
+        parts = [cached_chunk_embeddings(
+            encoder, data, chunks, chunking=c, window_tokens=window_tokens,
+            checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / c,
+            show_progress_bar=show_progress_bar) for c in ("naive", "late")]
+        (a, ca), (b, cb) = parts
+        mixed = {d: (0.5 * (_unit(a[d]) + _unit(b[d]))).astype(np.float32) for d in a}
+        cost = {k: ca[k] + cb[k] for k in ("seconds", "text_tokens", "resumed_parts", "cached")}
+        cost["peak_memory_bytes"] = max(ca["peak_memory_bytes"], cb["peak_memory_bytes"])
+        return mixed, cost
+    dids = sorted(chunks)
+    window = (window_tokens or encoder.max_length) if chunking == "late" else None
+    spans = {d: [(c.start, c.end) for c in chunks[d]] for d in dids}
+    key = _fingerprint({"encoder": dict(encoder.config()), "weights": _weights_digest(encoder),
+                        "chunking": chunking, "window_tokens": window, "spans": spans}, dids)
+    path = cache_dir() / "chunk-embeddings" / f"{key}.npz"
+    if path.exists():
+        z = np.load(path)
+        cost = json.loads(str(z["__cost__"]))
+        cost["cached"] = 1
+        return {d: z[d] for d in dids}, cost
+    embs, cost = embed_chunks(encoder, data, chunks, chunking=chunking,
+                              window_tokens=window_tokens, checkpoint_dir=checkpoint_dir,
+                              show_progress_bar=show_progress_bar)
+    cost["cached"] = 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, __cost__=json.dumps(cost), **embs)
+    tmp.replace(path)
+    return embs, cost
+
+
 def run_chunk_retrieval(
     encoder: Any,
     data: SpanData,
@@ -263,7 +345,7 @@ def run_chunk_retrieval(
         encoder: An :class:`~htp_retrieval.HTPEncoder` with mean pooling for ``late``.
         data: The split (:func:`load_spans`).
         split: Split name recorded in the result.
-        chunking: ``naive`` or ``late``.
+        chunking: One of :data:`CHUNK_VARIANTS`.
         chunk_tokens: Chunk size in the encoder's tokens.
         chunk_overlap: Overlap between consecutive chunks, in tokens.
         window_tokens: Late chunking: text tokens per forward pass (default: the
@@ -285,9 +367,9 @@ def run_chunk_retrieval(
                               chunk_overlap=chunk_overlap)
               for d, v in data.beir.corpus.items() if v["text"].strip()}
     chunk_seconds = time.perf_counter() - t0
-    embs, dcost = embed_chunks(encoder, data, chunks, chunking=chunking,
-                               window_tokens=window_tokens, checkpoint_dir=checkpoint_dir,
-                               show_progress_bar=show_progress_bar)
+    embs, dcost = cached_chunk_embeddings(
+        encoder, data, chunks, chunking=chunking, window_tokens=window_tokens,
+        checkpoint_dir=checkpoint_dir, show_progress_bar=show_progress_bar)
     dids = sorted(chunks)
     cids = [chunk_id(d, c.index) for d in dids for c in chunks[d]]
     c_emb = np.concatenate([embs[d] for d in dids])
@@ -319,8 +401,8 @@ def run_chunk_retrieval(
     config = dict(encoder.config())
     config.update(query_instruction=query_instruction, document_instruction=None,
                   chunking=chunking, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                  window_tokens=(window_tokens or encoder.max_length) if chunking == "late"
-                  else None)
+                  window_tokens=(window_tokens or encoder.max_length)
+                  if chunking.startswith("late") else None)
     n_chunks = len(cids)
     return RetrievalResult(
         dataset=data.name,
@@ -333,7 +415,7 @@ def run_chunk_retrieval(
               "tokens_per_second": dcost["text_tokens"] / max(dcost["seconds"], 1e-9),
               "seconds_per_1000_chunks": 1000 * dcost["seconds"] / max(n_chunks, 1),
               "peak_memory_bytes": dcost["peak_memory_bytes"],
-              "resumed_chunks": dcost["resumed_parts"]},
+              "resumed_chunks": dcost["resumed_parts"], "cached": dcost["cached"]},
         counts={"n_docs": len(dids), "n_chunks": n_chunks, "n_queries": len(qids),
                 "n_qrels": sum(len(r) for r in qrels.values()),
                 "n_spans": sum(len(s) for s in data.spans.values())},
@@ -343,5 +425,5 @@ def run_chunk_retrieval(
     )
 
 
-__all__ = ["SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
+__all__ = ["CHUNK_VARIANTS", "cached_chunk_embeddings", "SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
            "run_chunk_retrieval", "CHUNK_METRICS", "IN_DOC"]

@@ -140,8 +140,8 @@ class EvalSettings:
         preset: Calibration preset JSON (``htp-retrieval calibrate``) passed to every
             encoder (:class:`~htp_retrieval.HTPEncoder` ``preset=``); part of the result
             name (``preset-<file stem>``).
-        chunkings: Evidence-span data only: chunk embeddings to compare, ``naive`` and/or
-            ``late`` (:mod:`~htp_retrieval.eval.chunk_eval`); part of the result name
+        chunkings: Evidence-span data only: chunk embeddings to compare
+            (:data:`~htp_retrieval.eval.chunk_eval.CHUNK_VARIANTS`); part of the result name
             (``chunk-<chunking><tokens>``).
         chunk_tokens: Evidence-span data: chunk size in tokens.
         chunk_overlap: Evidence-span data: overlap of consecutive chunks in tokens
@@ -698,7 +698,7 @@ def chunk_result_path(path: Path, settings: EvalSettings, chunking: str) -> Path
     tag = f"chunk-{chunking}{settings.chunk_tokens}"
     if settings.chunk_overlap:
         tag += f"-o{settings.chunk_overlap}"
-    if chunking == "late" and settings.late_window:
+    if chunking.startswith("late") and settings.late_window:
         tag += f"-w{settings.late_window}"
     return path.with_name(f"{path.stem}__{tag}.json")
 

@@ -18,6 +18,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from htp_retrieval.chunking import check_chunk_settings
+    from htp_retrieval.eval.chunk_eval import CHUNK_VARIANTS
     from htp_retrieval.eval.harness import (
         EvalSettings,
         format_results,
@@ -37,10 +38,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     chunkings = [c.strip() for c in args.chunking.split(",") if c.strip()]
-    bad = [c for c in chunkings if c not in ("naive", "late")]
+    bad = [c for c in chunkings if c not in CHUNK_VARIANTS]
     if bad or not chunkings:
-        raise SystemExit(f"htp-retrieval eval: --chunking {args.chunking!r}: use naive, late "
-                         "or naive,late")
+        raise SystemExit(f"htp-retrieval eval: --chunking {args.chunking!r}: use a comma list "
+                         f"of {', '.join(CHUNK_VARIANTS)}")
     try:
         check_chunk_settings(args.chunk_tokens, args.chunk_overlap)
     except ValueError as e:
@@ -315,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true",
                    help="print the placeholder layout of one input per method")
     p.add_argument("--chunking", default="naive",
-                   help="evidence-span data (spans/<split>.jsonl): naive, late or naive,late "
-                   "(chunks embedded alone / pooled from one pass over the document)")
+                   help="evidence-span data (spans/<split>.jsonl): comma list of naive "
+                   "(chunks embedded alone), late (pooled from one pass over the document), "
+                   "late-mix (mean of the two)")
     p.add_argument("--chunk-tokens", type=int, default=256,
                    help="evidence-span data: chunk size in tokens (default 256)")
     p.add_argument("--chunk-overlap", type=int, default=0,

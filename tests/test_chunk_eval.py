@@ -108,7 +108,11 @@ def test_run_chunk_retrieval_scores_both_scopes(tiny_llama, tmp_path: Path) -> N
     again = run_chunk_retrieval(enc, data, chunking="late", chunk_tokens=16, window_tokens=128,
                                 query_instruction="", show_progress_bar=False,
                                 checkpoint_dir=tmp_path / "ckpt")
-    assert again.cost["resumed_chunks"] >= 1 and again.scores == late.scores
+    assert again.cost["cached"] == 1 and again.scores == late.scores  # the embedding cache
+    mix = run_chunk_retrieval(enc, data, chunking="late-mix", chunk_tokens=16, window_tokens=128,
+                              query_instruction="", show_progress_bar=False)
+    assert mix.cost["cached"] == 2 and mix.config["chunking"] == "late-mix"
+    assert mix.scores != late.scores
 
 
 def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
