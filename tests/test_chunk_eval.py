@@ -129,3 +129,28 @@ def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert "apply to evidence-span data" in out.stderr
+
+
+def test_report_has_a_chunk_section(tmp_path: Path) -> None:
+    from htp_retrieval.eval.report import build_report
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    def save(method: str, chunking: str, corpus: float, doc: float) -> None:
+        RetrievalResult(
+            dataset="qmsum", split="dev",
+            config={"model": "m", "method": method, "chunking": chunking, "chunk_tokens": 256,
+                    "chunk_overlap": 0, "window_tokens": 8064 if chunking != "naive" else None,
+                    "command": "htp-retrieval eval ..."},
+            scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: doc,
+                    "Recall@10" + IN_DOC: 2.0},
+            cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
+        ).save(tmp_path / "m" / "qmsum-dev" / f"{method}__chunk-{chunking}256.json")
+
+    save("vanilla-mean", "naive", 10.0, 30.0)
+    save("htp", "late", 12.5, 29.0)
+    rep = build_report([tmp_path], output=tmp_path / "r.md", plots=True)
+    md = rep.markdown
+    assert "## Chunk-level retrieval (evidence spans)" in md
+    row = next(line for line in md.splitlines() if line.startswith("| htp | late"))
+    assert "| 12.50 |" in row and "| +2.50 | **-1.00** |" in row
+    assert any(p.name.endswith("chunks.png") for p in rep.plots)
