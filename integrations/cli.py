@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -120,17 +121,10 @@ def _print_skipped(report: Any) -> None:
               "to read them", file=sys.stderr)
 
 
-def _report_truncation_once() -> None:
-    """Drop the encoder's per-batch truncation warnings (batch indices): the ingest report
-    names the truncated documents by id instead."""
-    import logging
-
-    def keep(record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("truncated ")
-
-    log = logging.getLogger("htp_retrieval.encoder")
-    if not any(getattr(f, "__name__", "") == keep.__name__ for f in log.filters):
-        log.addFilter(keep)
+def _no_batch_truncation_warnings(record: logging.LogRecord) -> bool:
+    """Logging filter: drop the encoder's per-batch truncation warnings (they name batch
+    indices; the ingest report names the truncated documents by id instead)."""
+    return not str(record.msg).startswith("truncated ")
 
 
 @friendly_errors
@@ -144,6 +138,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     With ``--ray`` the documents are read, embedded and written by a Ray Data job
     (:func:`htp_retrieval.integrations.ray_ingest.ingest_ray`) into a Chroma server.
     """
+    if args.quiet:
+        quiet_loading()
+    log = logging.getLogger("htp_retrieval.encoder")
+    log.addFilter(_no_batch_truncation_warnings)
+    try:
+        return _ingest(args)
+    finally:
+        log.removeFilter(_no_batch_truncation_warnings)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    """The body of :func:`cmd_ingest`."""
     from htp_retrieval.integrations._runtime import check_model
     from htp_retrieval.integrations.chroma import (
         HTPEmbeddingFunction,
@@ -155,9 +161,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     from htp_retrieval.integrations.sources import check_documents
 
-    if args.quiet:
-        quiet_loading()
-    _report_truncation_once()
     check_collection_name(args.collection)
     check_documents(args.source, args.include)
     if args.ray and not str(args.db).startswith(("http://", "https://")):
