@@ -856,8 +856,8 @@ def write_chunked(
         stored, or an incomplete copy of the same text), ``updated`` (the text changed).
 
     Raises:
-        ValueError: if the encoder refuses a text (that document's stored chunks are left
-            as they were).
+        ValueError: if a text gives no chunk or the encoder refuses it (that document's
+            stored chunks are left as they were).
     """
     stored = _stored_chunks(col, [d.id for d in docs])
     statuses: list[WriteStatus] = []
@@ -873,6 +873,8 @@ def write_chunked(
         same = bool(have) and all(m.get("content_sha256") == sha for _, m in have)
         statuses.append("added" if not have or same else "updated")
         chunks = ef.split(text)
+        if not chunks:
+            raise ValueError(f"document {d.id!r} gives no chunk: it holds only whitespace")
         vecs = ef.embed_chunks(text, chunks)  # before anything is deleted
         if have:
             old = [cid for cid, _ in have]
