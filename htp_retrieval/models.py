@@ -8,6 +8,7 @@ GGUF dequantization.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -349,7 +350,11 @@ def load_model(
             one GPU); overrides ``device``.
 
     Returns:
-        The causal LM in eval mode with SDPA attention, and its tokenizer.
+        The causal LM in eval mode with SDPA attention, and its tokenizer. For a
+        sentence-transformers folder (``modules.json``, :mod:`htp_retrieval.st_format`)
+        the decoder body is loaded with ``AutoModel`` from its ``Transformer`` module's
+        folder, as sentence-transformers loads it (such folders save the bare model, no
+        LM head; the encoder never runs one).
 
     Raises:
         ImportError: if a packaged model's package is missing.
@@ -357,7 +362,9 @@ def load_model(
         ValueError: for an unknown ``dtype`` (named in the message).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    from htp_retrieval.st_format import is_st_folder
 
     dev = pick_device(device)
     dtype = resolve_dtype(dtype, dev if device_map is None else "auto")
@@ -366,11 +373,17 @@ def load_model(
         if key in _LOADED:
             return _LOADED[key]
         path, _ = resolve_model_path(model)
+        auto_class: Any = AutoModelForCausalLM
+        if is_st_folder(path):
+            with open(Path(path).expanduser() / "modules.json", encoding="utf-8") as f:
+                first = (json.load(f) or [{}])[0]
+            path = str(Path(path).expanduser() / (first.get("path") or ""))
+            auto_class = AutoModel
         tok = AutoTokenizer.from_pretrained(path)
         kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "attn_implementation": "sdpa"}
         if device_map is not None:
             kwargs["device_map"] = device_map
-        lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        lm = auto_class.from_pretrained(path, **kwargs)
         if device_map is None:
             lm = lm.to(dev)
         lm.eval()
