@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +59,7 @@ from htp_retrieval.models import (
 from htp_retrieval.pooling import last_pool, mean_pool
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
 from htp_retrieval.segmentation import Segmenter, SegmenterName, get_segmenter
+from htp_retrieval.st_format import STSettings, is_st_folder, read_st_folder
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +290,17 @@ class HTPEncoder:
     Args:
         model: A packaged name (default ``smollm2-135m-instruct``), a ``.gguf`` path, a local
             directory, a hub id, or an already loaded causal LM (then pass ``tokenizer``).
+            A local sentence-transformers folder of a finetuned decoder embedder
+            (``modules.json``: Qwen3-Embedding, gte-Qwen2-instruct, e5-mistral) is read by
+            :func:`~htp_retrieval.st_format.read_st_folder` and embedded as
+            ``SentenceTransformer(folder)`` does: its own pooling (last token or mean), its
+            tokenizer's special tokens (the appended EOS is the last-token readout), the
+            last layer after the final norm (``output_layer`` defaults to -1), its prompts
+            (:meth:`encode`'s ``prompt_name``/``prompt``; ``instruction`` is then a prompt
+            text prepended verbatim), its ``Normalize``, and its ``max_seq_length`` as
+            the default ``max_length``. Every method then keeps the model's pooling:
+            ``vanilla`` reproduces sentence-transformers, ``htp`` adds the placeholders
+            (never pooled); methods with a template (Echo, PromptEOL) are refused.
         method: Method name or alias (see :data:`htp_retrieval.methods.METHODS`).
         tokenizer: Tokenizer for a model object (must be a fast tokenizer).
         k: Sentences per block, K (default: the method's, 1).
@@ -316,7 +328,8 @@ class HTPEncoder:
             on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an older
             GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``. Ignored for
             a model object. :meth:`config` records the resolved dtype, never ``auto``.
-        padding_side: ``right`` or ``left``; both give the same embeddings.
+        padding_side: ``right`` or ``left``; both give the same embeddings. ``None``
+            (default): the sentence-transformers tokenizer's side, else ``right``.
         placeholder_init: Input embedding of the placeholders (:data:`PlaceholderInit`).
         keep_sink: Keep the sink token (BOS, or EOS for models without BOS) at position 0.
             ``False`` is for the sink ablation of the diagnosis only: placeholders then start
@@ -368,7 +381,9 @@ class HTPEncoder:
 
     Raises:
         ValueError: for an unknown method, an invalid layer range, padding side or
-            ``overflow``.
+            ``overflow``; for a sentence-transformers folder that is not supported
+            (:func:`~htp_retrieval.st_format.read_st_folder`) or a method with a template
+            on one.
     """
 
     def __init__(
@@ -387,7 +402,7 @@ class HTPEncoder:
         output_layer: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
-        padding_side: PaddingSide = "right",
+        padding_side: PaddingSide | None = None,
         placeholder_init: PlaceholderInit = "mean",
         keep_sink: bool = True,
         summary: Summary | None = None,
@@ -442,6 +457,21 @@ class HTPEncoder:
         bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
         self.bare_prefix: str = bare_prefix
         self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
+        self.st: STSettings | None = None
+        if isinstance(model, Path):
+            model = str(model)
+        if is_st_folder(model):  # refuses unsupported folders before loading weights
+            self.st = read_st_folder(model)
+            self.spec = self._st_spec(self.spec, self.st)
+            if output_layer is None:
+                output_layer = -1
+            if padding_side is None:
+                padding_side = self.st.padding_side
+            if max_length is None and self.st.max_seq_length is not None:
+                max_length = self.st.max_seq_length - len(self.st.lead_ids) - len(
+                    self.st.trail_ids)
+        if padding_side is None:
+            padding_side = "right"
         if isinstance(model, str):
             self.model, self.tokenizer = load_model(model, device=device, dtype=dtype,
                                                     device_map=device_map)
@@ -525,6 +555,10 @@ class HTPEncoder:
         self.min_block_tokens = min_block_tokens
         self.sink_id = sink
         self.sink_ids: tuple[int, ...] = (sink,) if sink is not None and keep_sink else ()
+        if self.st is not None:
+            # the model's own leading tokens (e.g. BOS) are the sink; a tokenizer that adds
+            # none (Qwen3-Embedding) gets ``sink`` only where a placeholder would be first
+            self.sink_ids = self.st.lead_ids
         self.template = self._template_ids()
         self._init_vec: torch.Tensor | None = None
 
@@ -544,6 +578,8 @@ class HTPEncoder:
         )
 
     def _template_ids(self) -> TemplateIds:
+        if self.st is not None:  # plain template: the tokenizer's trailing tokens (EOS)
+            return TemplateIds((), (), self.st.trail_ids)
         t = self.spec.template
         if t == "prompteol":
             return TemplateIds(self._ids(PROMPTEOL_BEFORE), (), self._ids(PROMPTEOL_AFTER))
@@ -551,11 +587,95 @@ class HTPEncoder:
             return TemplateIds(self._ids(ECHO_BEFORE), self._ids(ECHO_MIDDLE), ())
         return TemplateIds()
 
+    @staticmethod
+    def _st_spec(spec: MethodSpec, st: STSettings) -> MethodSpec:
+        """The method as it runs on a sentence-transformers model: the model's pooling.
+
+        Raises:
+            ValueError: for a method with a template (Echo, PromptEOL): the model was
+                finetuned on its own input format.
+        """
+        if spec.template != "plain":
+            raise ValueError(f"method {spec.name!r} wraps the text in a {spec.template} "
+                             "template, which a finetuned embedding model was not trained on; "
+                             "use vanilla or htp")
+        out = replace(spec, pooling=st.pooling)
+        logger.info(
+            "%s is a sentence-transformers model: method %r runs with its own %s pooling%s, "
+            "the last layer (no early exit) and its prompts%s",
+            st.path, spec.name, "last-token" if st.pooling == "last" else "mean",
+            " (the appended EOS is read)" if st.pooling == "last" and st.trail_ids else "",
+            "; placeholders are never pooled" if spec.placeholders != "none" else "")
+        return out
+
+    def _st_prefix(self, prompt_ids: Sequence[int]) -> tuple[int, ...]:
+        """Prefix of a sentence-transformers model's input: its leading special tokens and
+        the prompt's tokens; the sink token (EOS) goes first only when that would be empty
+        and the method puts placeholders after it (they never sit at position 0)."""
+        prefix = self.sink_ids + tuple(prompt_ids)
+        if not prefix and self.spec.placeholders != "none" and self.keep_sink:
+            sink = self.sink_id if self.sink_id is not None else self.tokenizer.eos_token_id
+            prefix = (sink,)
+        return prefix
+
+    def _st_pooled(self, lay: Layout, n_prefix: int, n_prompt: int, n_skip: int) -> Layout:
+        """Mean pooling as sentence-transformers does it: every token of the model's input
+        (leading special tokens, prompt, text, appended EOS), never a placeholder or the
+        sink added for them.
+
+        Args:
+            lay: The layout (its ``pool_positions`` are the text tokens).
+            n_prefix: Prefix length, sink included.
+            n_prompt: Prompt tokens in the prefix.
+            n_skip: Model tokens left out first (``include_prompt`` off: the leading special
+                tokens plus the prompt tokenized alone, as sentence-transformers counts
+                them), else 0.
+        """
+        st = self.st
+        assert st is not None
+        if st.pooling != "mean":
+            return lay
+        first = n_prefix - len(st.lead_ids) - n_prompt  # 1 when a sink was added, else 0
+        n_trail = len(st.trail_ids)
+        pooled = (tuple(range(first, n_prefix)) + lay.pool_positions
+                  + tuple(range(len(lay) - n_trail, len(lay))))
+        return replace(lay, pool_positions=pooled[n_skip:])
+
+    def _tokenize_prompted(self, prompt: str, texts: Sequence[str]
+                           ) -> tuple[list[list[int]], list[list[tuple[int, int]]],
+                                      list[list[int]]]:
+        """Tokenize ``prompt + text`` as one string, as sentence-transformers does, and split
+        the tokens at the prompt's end.
+
+        A token that straddles the boundary (e.g. ``" What"`` after a prompt ending in a
+        space) belongs to the text.
+
+        Returns:
+            ``(text_ids, text_offsets, prompt_ids)``: ``[n_texts]`` lists; the offsets are
+            relative to the text (clipped at 0).
+        """
+        n = len(prompt)
+        ids_all, offs_all = self._tokenize([prompt + t for t in texts])
+        text_ids, text_offs, prompt_ids = [], [], []
+        for ids, offs in zip(ids_all, offs_all):
+            k = 0
+            while k < len(offs) and offs[k][1] <= n:
+                k += 1
+            prompt_ids.append(list(ids[:k]))
+            text_ids.append(list(ids[k:]))
+            text_offs.append([(max(0, a - n), max(0, b - n)) for a, b in offs[k:]])
+        return text_ids, text_offs, prompt_ids
+
     def prefix_ids(self, instruction: str | None) -> tuple[int, ...]:
         """Sink token (BOS) plus the formatted instruction, ``[prefix_len]`` ids.
 
         Without an instruction the prefix is the sink plus ``bare_prefix`` (default empty).
+        On a sentence-transformers model: its leading special tokens plus the prompt
+        ``instruction`` tokenized alone (:meth:`build_layouts` tokenizes prompt and text
+        together, as sentence-transformers does).
         """
+        if self.st is not None:
+            return self._st_prefix(self._ids(instruction or ""))
         if instruction:
             return self.sink_ids + self._ids(INSTRUCTION_FORMAT.format(instruction=instruction))
         return self.sink_ids + self._ids(self.bare_prefix)
@@ -636,7 +756,11 @@ class HTPEncoder:
                 raise ValueError(f"text at index {i} is {type(t).__name__}, not str")
             if not t.strip():
                 raise ValueError(f"text at index {i} is empty or whitespace-only")
-        ids_full, offs_full = self._tokenize(texts)
+        prompt_ids: list[list[int]] | None = None
+        if self.st is not None and instruction:
+            ids_full, offs_full, prompt_ids = self._tokenize_prompted(instruction, texts)
+        else:
+            ids_full, offs_full = self._tokenize(texts)
         for i, ids in enumerate(ids_full):
             if len(ids) > self.max_length:
                 if self.overflow == "error":
@@ -687,7 +811,11 @@ class HTPEncoder:
         else:
             blocks = [[0] for _ in ids_all]
         t2 = time.perf_counter()
-        prefix = self.prefix_ids(instruction)
+        if self.st is None:
+            prefixes = [self.prefix_ids(instruction)] * len(ids_all)
+        else:
+            prompts = prompt_ids if prompt_ids is not None else [[] for _ in ids_all]
+            prefixes = [self._st_prefix(p) for p in prompts]
         layouts = [
             build_layout(
                 spec=spec,
@@ -699,8 +827,14 @@ class HTPEncoder:
                 bpst_id=self.bpst_id,
                 allow_placeholder_at_zero=not self.keep_sink,
             )
-            for ids, b in zip(ids_all, blocks)
+            for ids, b, prefix in zip(ids_all, blocks, prefixes)
         ]
+        if self.st is not None and chunks is None:  # late chunks pool their own tokens
+            n_skip = 0
+            if instruction and not self.st.include_prompt:
+                n_skip = len(self.st.lead_ids) + len(self._ids(instruction))
+            layouts = [self._st_pooled(lay, len(prefix), len(p), n_skip)
+                       for lay, prefix, p in zip(layouts, prefixes, prompts)]
         if stats is not None:
             stats.tokenize_seconds += t1 - t0
             stats.segment_seconds += t2 - t1
@@ -945,10 +1079,12 @@ class HTPEncoder:
         batch_size: int | None = None,
         max_tokens_per_batch: int | None = None,
         show_progress_bar: bool = False,
-        normalize: bool = False,
+        normalize: bool | None = None,
         progress: Callable[[int], object] | None = None,
         pipeline: bool | None = None,
         prepare_window: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
@@ -964,16 +1100,27 @@ class HTPEncoder:
         Args:
             texts: Texts to embed, ``[n]``.
             instruction: Instruction put before the text (queries: the task instruction;
-                documents: usually ``None``).
+                documents: usually ``None``), as ``"{instruction} Text:"``. On a
+                sentence-transformers model it is a prompt text instead, prepended verbatim
+                as ``prompt`` is.
             batch_size: Maximum texts per batch (default: the encoder's).
             max_tokens_per_batch: Maximum padded tokens per batch (default: the encoder's).
             show_progress_bar: Show a tqdm bar over texts (over windows when some text is
                 windowed).
-            normalize: L2-normalize the embeddings (after averaging the windows).
+            normalize: L2-normalize the embeddings (after averaging the windows). ``None``
+                (default): whether the sentence-transformers folder has a ``Normalize``
+                module, else ``False``.
             progress: Called after each batch with the number of texts it finished.
             pipeline: Prepare the next batch in a background thread (default: the
                 encoder's ``pipeline``).
             prepare_window: Lay out texts in groups of this many (see :meth:`_encode_texts`).
+            prompt_name: Sentence-transformers models only: the name of one of the model's
+                prompts (e.g. ``"query"``); without ``prompt_name``, ``prompt`` or
+                ``instruction`` the model's ``default_prompt_name`` applies, as in
+                sentence-transformers.
+            prompt: Sentence-transformers models only: a prompt text prepended to each text
+                and tokenized with it, as ``SentenceTransformer.encode(prompt=...)`` does
+                (mean-pooled with the text unless the model's ``include_prompt`` is off).
 
         Returns:
             ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
@@ -981,8 +1128,13 @@ class HTPEncoder:
         Raises:
             ValueError: if a text is empty, whitespace-only or not a string (names its
                 index), ``prepare_window < 1``, or with ``overflow="error"`` a text is
-                longer than ``max_length``.
+                longer than ``max_length``; for ``prompt``/``prompt_name`` on a model that
+                is not a sentence-transformers folder, an unknown ``prompt_name``, or two of
+                ``instruction``, ``prompt`` and ``prompt_name`` at once.
         """
+        instruction = self._resolve_prompt(instruction, prompt, prompt_name)
+        if normalize is None:
+            normalize = self.st is not None and self.st.normalize
         kw: dict[str, Any] = dict(instruction=instruction, batch_size=batch_size,
                                   max_tokens_per_batch=max_tokens_per_batch,
                                   pipeline=pipeline, prepare_window=prepare_window)
@@ -1042,6 +1194,24 @@ class HTPEncoder:
         stats.truncated = [(owner[j], n) for j, n in stats.truncated]
         self._warn_truncated(stats)
         return out32
+
+    def _resolve_prompt(self, instruction: str | None, prompt: str | None,
+                        prompt_name: str | None) -> str | None:
+        """The instruction or prompt text :meth:`encode` puts before the texts.
+
+        Raises:
+            ValueError: as :meth:`encode` describes for its prompt arguments.
+        """
+        if self.st is None:
+            if prompt is not None or prompt_name is not None:
+                raise ValueError("prompt= and prompt_name= apply to sentence-transformers "
+                                 "models (a folder with modules.json); use instruction=")
+            return instruction
+        if instruction is not None:
+            if prompt is not None or prompt_name is not None:
+                raise ValueError("pass one of instruction=, prompt= or prompt_name=")
+            return instruction
+        return self.st.resolve_prompt(prompt, prompt_name)
 
     def _warn_truncated(self, stats: EncodeStats) -> None:
         """Log one warning naming the texts cut to ``max_length`` (up to 10 listed)."""
@@ -1359,6 +1529,9 @@ class HTPEncoder:
             **({"preset": self.preset} if self.preset else {}),
             # recorded unless "truncate", the behaviour of results written before it existed
             **({} if self.overflow == "truncate" else {"overflow": self.overflow}),
+            # sentence-transformers models: the model's own readout
+            **({} if self.st is None else {"st_pooling": self.st.pooling,
+                                           "st_normalize": self.st.normalize}),
         }
 
 
