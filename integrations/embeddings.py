@@ -79,6 +79,16 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         index = VectorStoreIndex.from_documents([Document(text="HTP adds block summaries.")])
         nodes = index.as_retriever(similarity_top_k=1).retrieve("What does HTP add?")
 
+    Finetuned embedding models: ``model_name`` may be a local sentence-transformers folder
+    (Qwen3-Embedding, gte-Qwen2-instruct, e5-mistral; see docs/FINETUNED.md). The encoder
+    then uses the model's own pooling, special tokens, last layer and ``max_seq_length``;
+    queries get the model's ``query`` prompt and documents its ``document`` (or
+    ``passage``/``corpus``) prompt, as ``encode_query``/``encode_document`` of
+    sentence-transformers choose them (its ``default_prompt_name`` where it has no such
+    prompt). A ``query_instruction``/``document_instruction`` given explicitly is used as
+    the prompt text instead, verbatim. ``method="vanilla"`` reproduces
+    sentence-transformers; ``htp`` adds HTP's placeholders on top.
+
     Long texts: ``max_length`` defaults to the model's context window, and a longer text is
     embedded whole in overlapping windows (``overflow="window"``); ``overflow="truncate"``
     cuts it to ``max_length`` tokens and logs a warning naming the text, ``"error"`` raises.
@@ -216,6 +226,34 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         # The first load takes seconds: keep it off the event loop too.
         return await asyncio.to_thread(self._shared)
 
+    def _st_prompt(self, field: str, names: tuple[str, ...]) -> str | None:
+        """The instruction passed to the encoder for queries or documents.
+
+        For a sentence-transformers folder whose ``field`` was not set explicitly: the
+        first of the model's prompts named in ``names`` (``None``, the model's default
+        prompt, when it has none of them); otherwise ``field``'s value (an explicit
+        ``None`` on such a folder is ``""``: no prompt).
+        """
+        value: str | None = getattr(self, field)
+        from htp_retrieval.st_format import is_st_folder, read_prompts
+
+        if not is_st_folder(self.model_name):
+            return value
+        if field in self.model_fields_set:
+            return "" if value is None else value
+        prompts, _ = read_prompts(self.model_name)
+        return next((prompts[n] for n in names if n in prompts), None)
+
+    @property
+    def _query_prompt(self) -> str | None:
+        """Instruction (or sentence-transformers prompt) for queries."""
+        return self._st_prompt("query_instruction", ("query",))
+
+    @property
+    def _document_prompt(self) -> str | None:
+        """Instruction (or sentence-transformers prompt) for documents."""
+        return self._st_prompt("document_instruction", ("document", "passage", "corpus"))
+
     @property
     def encoder(self) -> Any:
         """The shared :class:`~htp_retrieval.HTPEncoder` (loads the model on first access)."""
@@ -301,7 +339,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         shared = self._shared()
         with shared.lock:
             return shared.encoder.encode_late_chunks(
-                list(documents), chunks, instruction=self.document_instruction,
+                list(documents), chunks, instruction=self._document_prompt,
                 window_tokens=window_tokens, normalize=self.normalize,
                 batch_size=self.embed_batch_size, show_progress_bar=self.show_progress)
 
@@ -319,7 +357,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             TypeError: if ``texts`` is a single string.
             ValueError: if a text carries no content (its index is named).
         """
-        return self._embed(texts, self.document_instruction, self.show_progress)
+        return self._embed(texts, self._document_prompt, self.show_progress)
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (``query_instruction``) for LangChain.
@@ -332,16 +370,16 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             ValueError: if the text carries no content.
         """
         _one_text(text)
-        return self._embed([text], self.query_instruction)[0]
+        return self._embed([text], self._query_prompt)[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`embed_documents` (worker thread; concurrent calls are batched)."""
-        return await self._aembed(texts, self.document_instruction, self.show_progress)
+        return await self._aembed(texts, self._document_prompt, self.show_progress)
 
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query` (runs on a worker thread)."""
         _one_text(text)
-        return (await self._aembed([text], self.query_instruction))[0]
+        return (await self._aembed([text], self._query_prompt))[0]
 
     # --------------------------------------------------------------- LlamaIndex
     def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False,
@@ -360,27 +398,27 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     def _get_query_embedding(self, query: str) -> list[float]:
         """LlamaIndex query embedding (``query_instruction``), ``hidden`` floats."""
-        return self._embed([query], self.query_instruction)[0]
+        return self._embed([query], self._query_prompt)[0]
 
     def _get_text_embedding(self, text: str) -> list[float]:
         """LlamaIndex document embedding (``document_instruction``), ``hidden`` floats."""
-        return self._embed([text], self.document_instruction)[0]
+        return self._embed([text], self._document_prompt)[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         """LlamaIndex batch document embeddings, ``[n][hidden]``."""
-        return self._embed(texts, self.document_instruction)
+        return self._embed(texts, self._document_prompt)
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         """Async :meth:`_get_query_embedding` (runs on a worker thread)."""
-        return (await self._aembed([query], self.query_instruction))[0]
+        return (await self._aembed([query], self._query_prompt))[0]
 
     async def _aget_text_embedding(self, text: str) -> list[float]:
         """Async :meth:`_get_text_embedding` (runs on a worker thread)."""
-        return (await self._aembed([text], self.document_instruction))[0]
+        return (await self._aembed([text], self._document_prompt))[0]
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`_get_text_embeddings` (runs on a worker thread)."""
-        return await self._aembed(texts, self.document_instruction)
+        return await self._aembed(texts, self._document_prompt)
 
 
 _LOAD_KEYS = {"device": "device", "dtype": "dtype", "torch_dtype": "dtype"}
