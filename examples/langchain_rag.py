@@ -1,11 +1,11 @@
-"""RAG over Paul Graham essays: LangChain + Chroma + late-chunked HTP vectors + SmolLM2.
+"""RAG over Paul Graham essays: LangChain + Chroma + chunked HTP vectors + SmolLM2.
 
 Loads the essays as LangChain ``Document`` s, splits them into chunks of at most
 ``--chunk-tokens`` model tokens with a LangChain ``RecursiveCharacterTextSplitter``
 (``add_start_index=True``; :func:`~htp_retrieval.integrations.late_chunking.token_splitter`),
-embeds every chunk in the context of its whole essay (late chunking, Günther et al. 2024,
-arXiv 2409.04701: :func:`~htp_retrieval.integrations.late_chunking.add_late_chunked_documents`)
-into a ``langchain-chroma`` store, retrieves chunks for a question, answers it with
+embeds every chunk on its own (default) or, with ``--chunking late``, in the context of its
+whole essay (late chunking, Günther et al. 2024, arXiv 2409.04701:
+:func:`~htp_retrieval.integrations.late_chunking.add_late_chunked_documents`) into a ``langchain-chroma`` store, retrieves chunks for a question, answers it with
 SmolLM2-135M-Instruct through a small LangChain chat model over ``transformers`` generation,
 and shows the essay the best chunks come from
 (:class:`~htp_retrieval.integrations.late_chunking.LateChunkParentRetriever`). Runs offline.
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=2, help="chunks retrieved")
     p.add_argument("--chunk-tokens", type=int, default=256, help="model tokens per chunk")
     p.add_argument("--chunk-overlap", type=int, default=0, help="overlap in tokens")
+    p.add_argument("--chunking", choices=["naive", "late"], default="naive",
+                   help="naive: each chunk embedded alone (default; ahead on the QMSum "
+                   "evidence spans, docs/RAG.md); late: contextual chunk vectors")
     p.add_argument("--max-new-tokens", type=int, default=48)
     args = p.parse_args(argv)
 
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from htp_retrieval.integrations.late_chunking import (
         LateChunkParentRetriever,
         add_late_chunked_documents,
+        split_documents,
         token_splitter,
     )
 
@@ -129,13 +133,20 @@ def main(argv: list[str] | None = None) -> int:
                    client=make_client(db))
     parents = InMemoryStore()  # whole essays, keyed by essay id
     splitter = token_splitter(embeddings, args.chunk_tokens, args.chunk_overlap)
-    # ids "<essay>#c<n>" (as htp-retrieval ingest --chunking late): re-runs replace an essay's chunks
-    ids = add_late_chunked_documents(store, embeddings, essays, splitter=splitter,
-                                     docstore=parents)
+    # ids "<essay>#c<n>" (as htp-retrieval ingest): re-runs replace an essay's chunks
+    if args.chunking == "late":
+        ids = add_late_chunked_documents(store, embeddings, essays, splitter=splitter,
+                                         docstore=parents)
+    else:
+        split = split_documents(essays, splitter)  # ids, parent and offsets as the late path
+        chunks = [c for _, cs in split for c in cs]
+        ids = store.add_documents(chunks, ids=[c.id for c in chunks])
+        parents.mset([(p.id, p) for p, _ in split])
     tok = embeddings.encoder.tokenizer
     stored = store.get(ids=ids, include=["documents"])["documents"]
     longest = max(len(tok(t, add_special_tokens=False).input_ids) for t in stored)
-    print(f"indexed {len(ids)} chunks from {len(essays)} essays (late chunking, at most "
+    how = "late chunking" if args.chunking == "late" else "naive chunks"
+    print(f"indexed {len(ids)} chunks from {len(essays)} essays ({how}, at most "
           f"{longest} tokens per chunk) in {db}")
     retriever = store.as_retriever(search_kwargs={"k": args.k})
 

@@ -1,7 +1,8 @@
-"""Paul Graham essays in Chroma through LlamaIndex, late-chunked with HTPEmbeddings.
+"""Paul Graham essays in Chroma through LlamaIndex, chunked and embedded with HTPEmbeddings.
 
 An ``IngestionPipeline`` splits the essays with ``SentenceSplitter`` (chunk size in the
-model's own tokens), embeds every chunk in the context of its whole essay with
+model's own tokens), embeds every chunk on its own (default) or, with ``--chunking late``,
+in the context of its whole essay with
 :class:`~htp_retrieval.integrations.late_chunking.LateChunkEmbedding` (late chunking,
 Günther et al. 2024, arXiv 2409.04701) and writes the nodes to a ``ChromaVectorStore``; a
 ``VectorStoreIndex`` over that store, with
@@ -10,6 +11,7 @@ question's retrieval. Runs offline.
 
 Usage:
     python examples/llamaindex_chroma.py [ESSAYS_DIR] [--limit 5] [--chunk-size 256]
+        [--chunking naive|late]
         [--question "..."]
 """
 
@@ -35,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--chunk-size", type=int, default=256, help="model tokens per chunk")
     p.add_argument("--chunk-overlap", type=int, default=32, help="overlap in tokens")
+    p.add_argument("--chunking", choices=["naive", "late"], default="naive",
+                   help="naive: each chunk embedded alone (default; ahead on the QMSum "
+                   "evidence spans, docs/RAG.md); late: contextual chunk vectors")
     args = p.parse_args(argv)
 
     from llama_index.core import Document, VectorStoreIndex
@@ -71,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             # sets each node's start_char_idx / end_char_idx in its essay
             SentenceSplitter(chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
                              tokenizer=n_tokens),
-            LateChunkEmbedding(embed_model=embed_model),  # sets node.embedding
+            # sets node.embedding: naive chunks (the embed model itself) or in context
+            LateChunkEmbedding(embed_model=embed_model) if args.chunking == "late"
+            else embed_model,
         ],
         vector_store=store,
     )
@@ -79,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     nodes = pipeline.run(documents=docs, source_texts={d.doc_id: d.text for d in docs},
                          show_progress=True)
     longest = max(len(n_tokens(n.get_content())) for n in nodes)
-    print(f"indexed {collection.count()} chunks from {len(docs)} essays (late chunking, at "
+    how = "late chunking" if args.chunking == "late" else "naive chunks"
+    print(f"indexed {collection.count()} chunks from {len(docs)} essays ({how}, at "
           f"most {longest} tokens per chunk) in {db}")
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
     for n in index.as_retriever(similarity_top_k=args.k).retrieve(args.question):

@@ -190,6 +190,57 @@ def _spans(parent: Document, parent_id: str, pieces: list[Document]) -> list[tup
     return spans
 
 
+def split_documents(
+    documents: Sequence[Document], splitter: Any
+) -> list[tuple[Document, list[Document]]]:
+    """Split LangChain documents into chunks with checked character offsets.
+
+    Used for naive chunks (``vectorstore.add_documents(chunks)``) and by
+    :func:`late_chunk_documents`, so both give the same chunks, ids and metadata.
+
+    Args:
+        documents: Parent documents; ``Document.id`` is the parent id (a new UUID when
+            ``None``).
+        splitter: A LangChain ``TextSplitter`` created with ``add_start_index=True``.
+
+    Returns:
+        ``(parent, chunks)`` per document with text, in input order; chunk ids are
+        ``"{parent_id}#c{i}"`` and their metadata the parent's plus ``parent_id``,
+        ``chunk_index``, ``start_index``, ``end_index`` (characters).
+
+    Raises:
+        TypeError: if ``documents`` is a single ``Document`` or holds something else.
+        ValueError: for two documents with the same id, a blank document (named), or a
+            chunk without ``start_index`` or whose text is not in the document.
+    """
+    if isinstance(documents, Document):
+        raise TypeError("expected a list of Documents, got a single Document: wrap it in a "
+                        "list, e.g. [doc]")
+    out: list[tuple[Document, list[Document]]] = []
+    seen: set[str] = set()
+    for n, doc in enumerate(documents):
+        if not isinstance(doc, Document):
+            raise TypeError(f"document at index {n} is {type(doc).__name__}, not a "
+                            "langchain_core Document")
+        pid = str(doc.id) if doc.id is not None else str(uuid.uuid4())
+        if not doc.page_content.strip():
+            raise ValueError(f"document at index {n} ({pid!r}) has no text: drop it before "
+                             "splitting")
+        if pid in seen:
+            raise ValueError(f"two documents have the id {pid!r}: give each document its "
+                             "own Document.id")
+        seen.add(pid)
+        parent = doc.model_copy(update={"id": pid})
+        pieces = splitter.split_documents([parent])
+        spans = _spans(parent, pid, pieces)
+        chunks = [Document(page_content=p.page_content, id=f"{pid}#c{i}",
+                           metadata={**p.metadata, "parent_id": pid, "chunk_index": i,
+                                     "start_index": a, "end_index": b})
+                  for i, (p, (a, b)) in enumerate(zip(pieces, spans, strict=True))]
+        out.append((parent, chunks))
+    return out
+
+
 def late_chunk_documents(
     embeddings: HTPEmbeddings,
     documents: Sequence[Document],
@@ -206,8 +257,8 @@ def late_chunk_documents(
     ``start_index=-1``, or one at a wrong offset is looked up after the previous chunk), and
     the chunks get contextual vectors from
     :meth:`HTPEmbeddings.embed_late_chunks
-    <htp_retrieval.integrations.embeddings.HTPEmbeddings.embed_late_chunks>`. Documents
-    whose text is blank are skipped.
+    <htp_retrieval.integrations.embeddings.HTPEmbeddings.embed_late_chunks>`; the chunks
+    are those of :func:`split_documents`.
 
     Args:
         embeddings: The embeddings (model, method, ``document_instruction``, ``normalize``).
@@ -224,36 +275,14 @@ def late_chunk_documents(
 
     Raises:
         TypeError: if ``documents`` is a single ``Document`` or holds something else.
-        ValueError: for two documents with the same id, a chunk without ``start_index``
-            or whose text is not in the document (both name the document and the fix), or
-            invalid chunk sizes.
+        ValueError: for two documents with the same id, a blank document, a chunk
+            without ``start_index`` or whose text is not in the document (all name the
+            document and the fix), or invalid chunk sizes.
     """
-    if isinstance(documents, Document):
-        raise TypeError("expected a list of Documents, got a single Document: wrap it in a "
-                        "list, e.g. [doc]")
     splitter = splitter if splitter is not None else token_splitter(
         embeddings, chunk_size, chunk_overlap)
-    out: list[LateChunkedDocument] = []
-    seen: set[str] = set()
-    for n, doc in enumerate(documents):
-        if not isinstance(doc, Document):
-            raise TypeError(f"document at index {n} is {type(doc).__name__}, not a "
-                            "langchain_core Document")
-        if not doc.page_content.strip():
-            continue
-        pid = str(doc.id) if doc.id is not None else str(uuid.uuid4())
-        if pid in seen:
-            raise ValueError(f"two documents have the id {pid!r}: give each document its "
-                             "own Document.id")
-        seen.add(pid)
-        parent = doc.model_copy(update={"id": pid})
-        pieces = splitter.split_documents([parent])
-        spans = _spans(parent, pid, pieces)
-        chunks = [Document(page_content=p.page_content, id=f"{pid}#c{i}",
-                           metadata={**p.metadata, "parent_id": pid, "chunk_index": i,
-                                     "start_index": a, "end_index": b})
-                  for i, (p, (a, b)) in enumerate(zip(pieces, spans, strict=True))]
-        out.append(LateChunkedDocument(pid, parent, chunks, np.zeros((0, 0), np.float32)))
+    out = [LateChunkedDocument(str(parent.id), parent, chunks, np.zeros((0, 0), np.float32))
+           for parent, chunks in split_documents(documents, splitter)]
     keep = [d for d in out if d.chunks]
     if keep:
         vecs = embeddings.embed_late_chunks(

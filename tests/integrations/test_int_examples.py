@@ -25,8 +25,8 @@ def _run(args: list[str], tmp_path: Path) -> str:
     return out.stdout
 
 
-_INDEXED = re.compile(r"^indexed (\d+) chunks from (\d+) essays \(late chunking, at most "
-                      r"(\d+) tokens per chunk\)", re.M)
+_INDEXED = re.compile(r"^indexed (\d+) chunks from (\d+) essays \((?:late chunking|naive "
+                      r"chunks), at most (\d+) tokens per chunk\)", re.M)
 
 
 def _chunking(out: str, chunk_tokens: int) -> None:
@@ -45,6 +45,7 @@ def test_langchain_rag(tmp_path: Path) -> None:
                 "--db", str(tmp_path / "db"), "--max-new-tokens", "16", "--k", "1",
                 "--chunk-tokens", "128"], tmp_path)
     _chunking(out, 128)
+    assert "(naive chunks," in out
     assert re.search(r"^source: addiction#\d+ \[\d+:\d+\]: ", out, re.M), out
     assert "essay: addiction (" in out and "answer:" in out
 
@@ -53,8 +54,10 @@ def test_langchain_rag(tmp_path: Path) -> None:
 def test_llamaindex_chroma(tmp_path: Path) -> None:
     pytest.importorskip("llama_index.vector_stores.chroma")
     out = _run([str(ROOT / "examples/llamaindex_chroma.py"), str(ESSAYS), "--limit", "1",
-                "--db", str(tmp_path / "db"), "--k", "2", "--chunk-size", "128"], tmp_path)
+                "--db", str(tmp_path / "db"), "--k", "2", "--chunk-size", "128",
+                "--chunking", "late"], tmp_path)
     _chunking(out, 128)
+    assert "(late chunking," in out
     hits = [x for x in out.splitlines() if re.match(r"^-?\d\.\d{4} addiction: ", x)]
     assert len(hits) == 2
 
