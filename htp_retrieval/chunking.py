@@ -68,7 +68,24 @@ def check_chunk_settings(chunk_tokens: int, chunk_overlap: int) -> None:
                          f"(below half the chunk size), got {chunk_overlap}")
 
 
-def _splitter(tokenizer: Any, chunk_tokens: int, chunk_overlap: int) -> Any:
+def text_splitter(tokenizer: Any, chunk_tokens: int = 256, chunk_overlap: int = 0, *,
+                  add_start_index: bool = False) -> Any:
+    """LangChain's ``RecursiveCharacterTextSplitter`` measured in ``tokenizer``'s tokens.
+
+    Separators :data:`SEPARATORS` (paragraph to character), whitespace-trimmed chunks.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (lengths are in its tokens, no special tokens).
+        chunk_tokens: Chunk size in tokens.
+        chunk_overlap: Overlap between consecutive chunks in tokens.
+        add_start_index: Put each chunk's character offset in ``metadata["start_index"]``
+            (``split_documents``/``create_documents``).
+
+    Raises:
+        ValueError: for invalid sizes (:func:`check_chunk_settings`).
+        ImportError: without ``langchain-text-splitters``.
+    """
+    check_chunk_settings(chunk_tokens, chunk_overlap)
     try:
         from langchain_text_splitters import RecursiveCharacterTextSplitter
     except ImportError as e:  # pragma: no cover - a core dependency
@@ -82,7 +99,7 @@ def _splitter(tokenizer: Any, chunk_tokens: int, chunk_overlap: int) -> Any:
     return RecursiveCharacterTextSplitter(
         separators=list(SEPARATORS), is_separator_regex=True, keep_separator="end",
         chunk_size=chunk_tokens, chunk_overlap=chunk_overlap, length_function=n_tokens,
-        strip_whitespace=True)
+        strip_whitespace=True, add_start_index=add_start_index)
 
 
 def split_chunks(
@@ -107,8 +124,7 @@ def split_chunks(
     Raises:
         ValueError: for invalid sizes (:func:`check_chunk_settings`).
     """
-    check_chunk_settings(chunk_tokens, chunk_overlap)
-    pieces = _splitter(tokenizer, chunk_tokens, chunk_overlap).split_text(text)
+    pieces = text_splitter(tokenizer, chunk_tokens, chunk_overlap).split_text(text)
     chunks: list[Chunk] = []
     pos = 0
     for piece in pieces:
@@ -148,5 +164,5 @@ def chunk_token_ranges(
     return ranges
 
 
-__all__ = ["Chunk", "Chunking", "CHUNKINGS", "SEPARATORS", "split_chunks",
+__all__ = ["text_splitter", "Chunk", "Chunking", "CHUNKINGS", "SEPARATORS", "split_chunks",
            "chunk_token_ranges", "check_chunk_settings"]

@@ -120,24 +120,10 @@ def token_splitter(embeddings: HTPEmbeddings, chunk_size: int = 256, chunk_overl
         ValueError: for invalid sizes.
         ImportError: without ``langchain-text-splitters``.
     """
-    from htp_retrieval.chunking import SEPARATORS, check_chunk_settings
+    from htp_retrieval.chunking import text_splitter
 
-    check_chunk_settings(chunk_size, chunk_overlap)
-    try:
-        from langchain_text_splitters import RecursiveCharacterTextSplitter
-    except ImportError as e:  # pragma: no cover - installed with langchain-chroma
-        raise ImportError(f"token_splitter needs langchain-text-splitters ({e}): "
-                          "pip install langchain-text-splitters") from e
-    tokenizer = embeddings.encoder.tokenizer
-
-    def n_tokens(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False, split_special_tokens=True)
-                   .input_ids)
-
-    return RecursiveCharacterTextSplitter(
-        separators=list(SEPARATORS), is_separator_regex=True, keep_separator="end",
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, length_function=n_tokens,
-        strip_whitespace=True, add_start_index=True)
+    return text_splitter(embeddings.encoder.tokenizer, chunk_size, chunk_overlap,
+                         add_start_index=True)
 
 
 @dataclass
