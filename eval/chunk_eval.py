@@ -133,6 +133,33 @@ def load_spans(path: str | Path, split: str = "dev", *, max_docs: int = 0,
                     {q: spans[q] for q in queries})
 
 
+def spans_from_synthetic(data: Any) -> SpanData:
+    """Evidence spans of a generated needle or passkey split: each query's span is the
+    inserted text in its one relevant document, so the relevant chunk is the one holding it.
+
+    Args:
+        data: A :class:`~htp_retrieval.eval.synthetic.SyntheticData` (``doc_meta`` with
+            ``char_offset`` and ``needle``).
+
+    Returns:
+        The :class:`SpanData` (name ``<task>-spans``).
+
+    Raises:
+        ValueError: if a document's inserted text is not at its recorded offset.
+    """
+    spans: dict[str, list[tuple[str, int, int]]] = {}
+    for q, rel in data.qrels.items():
+        for d in rel:
+            meta = data.doc_meta[d]
+            start, needle = int(meta["char_offset"]), str(meta["needle"])
+            text = data.corpus[d]["text"]
+            if text[start : start + len(needle)] != needle:
+                raise ValueError(f"{d}: the inserted text is not at char_offset {start}")
+            spans.setdefault(q, []).append((d, start, start + len(needle)))
+    beir = BeirData(f"{data.task}-spans", data.corpus, data.queries, data.qrels)
+    return SpanData(beir, spans)
+
+
 def chunk_id(doc_id: str, index: int) -> str:
     """The id of chunk ``index`` of a document: ``DOC_ID#cN``."""
     return f"{doc_id}#c{index}"
@@ -425,5 +452,5 @@ def run_chunk_retrieval(
     )
 
 
-__all__ = ["CHUNK_VARIANTS", "cached_chunk_embeddings", "SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
+__all__ = ["spans_from_synthetic", "CHUNK_VARIANTS", "cached_chunk_embeddings", "SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
            "run_chunk_retrieval", "CHUNK_METRICS", "IN_DOC"]

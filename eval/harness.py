@@ -29,6 +29,7 @@ from htp_retrieval.eval.chunk_eval import (
     has_spans,
     load_spans,
     run_chunk_retrieval,
+    spans_from_synthetic,
 )
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
@@ -449,6 +450,8 @@ def resolve_data(
             * ``longembed:<task>``: the task from the hub dataset ``dwzhu/LongEmbed``;
             * ``needle`` or ``passkey``: generated (:mod:`~htp_retrieval.eval.synthetic`),
               one item per context length;
+            * ``needle-spans`` or ``passkey-spans``: the same documents for chunk-level
+              retrieval, the relevant chunk being the one holding the inserted text;
             * an STS jsonl file, or a folder holding ``<split>.jsonl`` in that form.
         split: Split name.
         seed: Subsampling and generation seed.
@@ -469,6 +472,14 @@ def resolve_data(
     """
     lengths = list(context_lengths or DEFAULT_CONTEXT_LENGTHS)
     key = spec.strip().lower()
+    if key.endswith("-spans") and key[: -len("-spans")] in SYNTHETIC_TASKS:
+        task = key[: -len("-spans")]
+        n_docs = max_docs or 100
+        gen = generate_all(task, lengths, seed=seed, n_docs=n_docs,  # type: ignore[arg-type]
+                           n_queries=min(max_queries or 50, n_docs),
+                           tokenizer=synthetic_tokenizer, haystack=haystack)
+        return [DataItem("spans", key, "test", spans_from_synthetic(d), context_length=c)
+                for c, d in gen.items()]
     if key in SYNTHETIC_TASKS:
         n_docs = max_docs or 100
         n_queries = min(max_queries or 50, n_docs)
@@ -720,6 +731,11 @@ def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, 
         show_progress_bar=settings.show_progress_bar)
     res.config["command"] = command
     res.config.update(settings.extra_config)
+    if item.context_length is not None:
+        res.config["context_length"] = item.context_length
+        res.config["synthetic"] = {"task": item.name, "seed": settings.seed,
+                                   "tokenizer": settings.synthetic_tokenizer,
+                                   "generator_version": GENERATOR_VERSION}
     res.save(out)
     shutil.rmtree(ckpt, ignore_errors=True)
     s = res.scores

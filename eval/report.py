@@ -1065,7 +1065,8 @@ def build_report(
             f"with full-split numbers.", ""]
     if notes:
         out += [notes.strip(), ""]
-    out += [f"## {compare} vs {baseline}", ""]
+    if sets:
+        out += [f"## {compare} vs {baseline}", ""]
     if comps:
         shipped = [c for c in comps if c.shipped]
         table = format_shipped_table(comps, compare=compare, baseline=baseline)
@@ -1080,7 +1081,7 @@ def build_report(
                 f"{baseline} in {len(losses)} of {len(comps)} comparisons (main score of "
                 f"each table).", ""]
         out += [f"- {_set_title(c.set)}: {c.sentence(compare, baseline)}" for c in comps]
-    else:
+    elif sets:
         out.append(f"No table has both a {compare} and a {baseline} result.")
     out.append("")
 
@@ -1154,14 +1155,18 @@ def _chunk_sections(records: Sequence[ResultRecord], pdir: Path, embed: Any) -> 
            "is corpus encode time; runs under different load are not comparable.", ""]
     groups: dict[tuple, list[ResultRecord]] = {}
     for r in records:
-        groups.setdefault((r.model, r.dataset, r.split, r.subset), []).append(r)
-    for (model, dataset, split, subset), recs in sorted(
-            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], str(kv[0][3]))):
-        out += [f"### {model}: {dataset} ({split}), {_subset_label(subset, recs)}", "",
+        groups.setdefault((r.model, r.dataset, r.split, r.subset,
+                           r.config.get("context_length")), []).append(r)
+    for (model, dataset, split, subset, ctx), recs in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], str(kv[0][3]),
+                                            kv[0][4] or 0)):
+        at = f", context length {ctx} tokens" if ctx else ""
+        out += [f"### {model}: {dataset} ({split}{at}), {_subset_label(subset, recs)}", "",
                 "```bash", *_commands(recs), "```", "", format_chunk_table(recs), ""]
         if embed is not None:
             stem = "__".join([_slug(model), _slug(f"{dataset}-{split}")]
-                             + ([subset.tag] if subset else []) + ["chunks"])
+                             + ([subset.tag] if subset else [])
+                             + ([f"ctx{ctx}"] if ctx else []) + ["chunks"])
             out += embed(plot_chunk_scores(recs, pdir / f"{stem}.png"), "chunk-level NDCG@10")
     return out
 

@@ -154,3 +154,30 @@ def test_report_has_a_chunk_section(tmp_path: Path) -> None:
     row = next(line for line in md.splitlines() if line.startswith("| htp | late"))
     assert "| 12.50 |" in row and "| +2.50 | **-1.00** |" in row
     assert any(p.name.endswith("chunks.png") for p in rep.plots)
+
+
+def test_needle_spans_mark_the_chunk_holding_the_needle(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    essays = SPANS.parents[1] / "haystack/paul_graham_essays"
+    if not essays.exists():
+        pytest.skip("../shared/data is not beside this checkout")
+    model, tok = tiny_llama
+    items = resolve_data("needle-spans", context_lengths=[512], max_docs=4, max_queries=3,
+                         haystack=essays)
+    assert [(it.kind, it.context_length) for it in items] == [("spans", 512)]
+    data = items[0].data
+    assert isinstance(data, SpanData) and len(data.queries) == 3
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    from htp_retrieval.chunking import split_chunks
+    from htp_retrieval.eval.chunk_eval import chunk_qrels
+
+    chunks = {d: split_chunks(v["text"], tok, chunk_tokens=64) for d, v in data.corpus.items()}
+    qrels = chunk_qrels(data, chunks)
+    for q, rel in qrels.items():
+        (d, s, e), = data.spans[q]
+        assert rel and all(cid.startswith(d + "#c") for cid in rel)
+        needle = data.corpus[d]["text"][s:e]
+        assert any(needle[:20] in c.text(data.corpus[d]["text"]) for c in chunks[d]
+                   if f"{d}#c{c.index}" in rel)
+    res = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=64,
+                              show_progress_bar=False)
+    assert res.counts["n_docs"] == 4 and 0.0 <= res.scores["NDCG@10"] <= 100.0
