@@ -800,8 +800,11 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
                 m_ratio = f"{c['peak_memory_bytes'] / bm:.2f}" if bm > 0 else "n/a"
             k, n = _block_cells(r.config)
             scores = " | ".join(f"{r.scores[s]:.2f}" if s in r.scores else "n/a" for s in cols)
+            method = str(r.config.get("method"))
+            if r.config.get("chunking"):  # chunk-level results: which chunk embedding
+                method += f" [{r.config['chunking']} {r.config.get('chunk_tokens')}]"
             lines.append(
-                f"| {r.config.get('method')} | {k} | {n} | {scores} "
+                f"| {method} | {k} | {n} | {scores} "
                 f"| {c.get('encode_seconds', 0.0):.1f} | {c.get('tokens_per_second', 0.0):.0f} "
                 f"| {c.get('peak_memory_bytes', 0) / 2**20:.0f} | {t_ratio} | {m_ratio} |")
         blocks.append("\n".join(lines))
