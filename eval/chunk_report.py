@@ -88,7 +88,9 @@ def plot_chunk_scores(records: Sequence[Any], path: Path) -> Path | None:
     if len(recs) < 2:
         return None
     fig, (ax_c, ax_d) = _pyplot_free_figure((max(6.0, 0.7 * len(recs) + 3), 3.6), 1, 2)
-    labels = [f"{r.method}\n{r.config['chunking']} {r.config.get('chunk_tokens')}" for r in recs]
+    labels = [f"{r.method}\n{r.config['chunking']} {r.config.get('chunk_tokens')}"
+              + (f" w{r.config['window_tokens']}" if r.config.get("window_tokens") else "")
+              for r in recs]
     for ax, key, title in ((ax_c, "NDCG@10", "in-corpus"), (ax_d, "NDCG@10" + IN_DOC,
                                                               "in-document")):
         vals = [r.scores.get(key, 0.0) for r in recs]
