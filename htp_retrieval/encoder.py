@@ -1417,7 +1417,7 @@ class HTPEncoder:
             for w in late_windows(_offsets_array(off), ch, window_tokens):
                 rel = [Chunk(j, ch[j].start - w.start, ch[j].end - w.start) for j in w.chunks]
                 items.append((i, w.chunks, doc[w.start : w.end], rel))
-        left = [sum(1 for it in items if it[0] == i) for i in range(len(documents))]
+        left = np.bincount([it[0] for it in items], minlength=len(documents)).tolist()
         bs = batch_size or self.batch_size
         group = max(bs * 4, 64)  # windows laid out at a time (bounds host memory)
         with tqdm(total=len(documents), disable=not show_progress_bar, desc="late chunks",
@@ -1452,8 +1452,8 @@ class HTPEncoder:
                         doc_i, chunk_ids = part[j][0], part[j][1]
                         rows = torch.from_numpy(pos).to(hidden.device)
                         states = hidden[r].index_select(0, rows).float()
-                        for cj, (a, b) in zip(chunk_ids, ranges[j]):
-                            out[doc_i][cj] = states[a:b].mean(0).cpu().numpy()
+                        means = torch.stack([states[a:b].mean(0) for a, b in ranges[j]])
+                        out[doc_i][list(chunk_ids)] = means.cpu().numpy()  # one copy per row
                         left[doc_i] -= 1
                         if left[doc_i] == 0:
                             bar.update(1)
