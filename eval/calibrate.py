@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# a calibration preset is a partial HTPConfig: its keys, reader and depth scaling live there
+from htp_retrieval.config import PRESET_KEYS, read_preset, scale_layers  # noqa: F401
+
 FIXED_LENGTH: dict[str, Any] = {"max_length": 512, "overflow": "truncate"}
 """Encoder length settings of calibration runs: the first 512 tokens, as ``eval`` reads
 SciFact (a long set passes its own ``max_length``)."""
-
-PRESET_KEYS = ("tp_start", "tp_exit", "output_layer", "summary", "max_blocks",
-               "min_block_tokens", "long_budget", "short_budget", "k", "bare_prefix")
 
 
 @dataclass
@@ -112,82 +112,6 @@ class Calibration:
         p.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
 
 
-def read_preset(path: str | Path) -> tuple[dict[str, Any], int | None]:
-    """The settings of a calibration preset JSON and the depth they were chosen on.
-
-    Args:
-        path: A file written by ``htp-retrieval calibrate`` (:meth:`Calibration.save`), or
-            any JSON object with a ``best`` object of :data:`PRESET_KEYS` (and optionally
-            ``n_layers``).
-
-    Returns:
-        ``(settings, n_layers)``: encoder keyword arguments, and the number of decoder
-        layers of the model they were calibrated on (``None`` if the file does not say).
-
-    Raises:
-        FileNotFoundError: if the file is missing.
-        ValueError: if it is not JSON, holds no ``best`` settings, or has unknown keys.
-    """
-    try:
-        raw = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a calibration preset (invalid JSON: {e})") from None
-    best = raw.get("best") if isinstance(raw, dict) else None
-    if not isinstance(best, dict):
-        raise ValueError(f"{path}: not a calibration preset (no 'best' settings)")
-    bad = set(best) - set(PRESET_KEYS)
-    if bad:
-        raise ValueError(f"{path}: unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
-    depth = raw.get("n_layers")
-    return dict(best), depth if isinstance(depth, int) and depth > 0 else None
-
-
-def scale_layers(settings: dict[str, Any], from_layers: int, to_layers: int) -> dict[str, Any]:
-    """Carry layer settings to a model of another depth, keeping their fraction of depth.
-
-    ``tp_start`` and ``tp_exit`` (and a non-negative ``output_layer``) become
-    ``round(value * to_layers / from_layers)``; a non-empty copy window stays non-empty and
-    within ``[0, to_layers]``. A negative ``output_layer`` counts from the top
-    (``-2``: second-to-last layer) and is kept as it is, as the paper's presets are written.
-    Other keys are copied unchanged. This is how a preset calibrated on one model is tried on
-    another (the paper's open question on layer transfer, Sec. 7).
-
-    Args:
-        settings: Encoder keyword arguments (:data:`PRESET_KEYS`).
-        from_layers: Decoder layers of the model the settings were chosen on.
-        to_layers: Decoder layers of the target model.
-
-    Returns:
-        A new dict.
-
-    Raises:
-        ValueError: if a depth is below 1.
-    """
-    if from_layers < 1 or to_layers < 1:
-        raise ValueError(f"depths must be >= 1, got from_layers={from_layers}, "
-                         f"to_layers={to_layers}")
-    out = dict(settings)
-    if from_layers == to_layers:
-        return out
-
-    def scale(v: int) -> int:
-        return min(to_layers, max(0, round(v * to_layers / from_layers)))
-
-    a, b = out.get("tp_start"), out.get("tp_exit")
-    if a is not None:
-        out["tp_start"] = max(scale(a), 1 if a >= 1 else 0)
-    if b is not None:
-        out["tp_exit"] = scale(b)
-        lo = out.get("tp_start") or 0
-        if a is not None and b > a and out["tp_exit"] <= lo:  # keep a non-empty window
-            out["tp_exit"] = min(to_layers, lo + 1)
-            out["tp_start"] = min(lo, out["tp_exit"] - 1)
-    o = out.get("output_layer")
-    if o is not None and o >= 0:
-        out["output_layer"] = scale(o)
-    return out
-
-
 def load_preset(path: str | Path, *, n_layers: int | None = None) -> dict[str, Any]:
     """Encoder keyword arguments from a calibration preset JSON.
 
@@ -243,7 +167,7 @@ class LongSet:
 
 LONG_BUDGETS: tuple[Any, ...] = (0, [1024, 4], [1024, 8], [1024, 16])
 """Candidates of the long-budget axis: none (``max_blocks`` alone binds), or at most B_L
-blocks past 1024 text tokens (the threshold ``htp`` ships, docs/ANALYSIS.md section 13)."""
+blocks past 1024 text tokens (the threshold ``htp`` ships, research/ANALYSIS.md section 13)."""
 
 
 def _ids_digest(data: Any) -> str:
@@ -538,7 +462,7 @@ def parse_long_data(text: str) -> list[tuple[str, int]]:
         SystemExit: naming the value, if an item is not a synthetic task with a positive
             length.
     """
-    from htp_retrieval.eval.analysis import parse_synthetic_spec
+    from htp_retrieval.eval.synthetic import parse_synthetic_spec
 
     out: list[tuple[str, int]] = []
     for item in (x.strip() for x in text.split(",")):

@@ -221,7 +221,7 @@ def embed_chunks(
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
         spans = {d: [(c.start, c.end) for c in chunks[d]] for d in dids}
-        fp = _fingerprint({"encoder": dict(encoder.config()), "chunking": chunking,
+        fp = _fingerprint({"encoder": dict(encoder.record()), "chunking": chunking,
                            "window_tokens": window_tokens, "spans": spans}, dids)
         meta = ckpt / "meta.json"
         old = json.loads(meta.read_text()) if meta.exists() else {}
@@ -334,7 +334,7 @@ def cached_chunk_embeddings(
     dids = sorted(chunks)
     window = (window_tokens or encoder.max_length) if chunking == "late" else None
     spans = {d: [(c.start, c.end) for c in chunks[d]] for d in dids}
-    key = _fingerprint({"encoder": dict(encoder.config()), "weights": _weights_digest(encoder),
+    key = _fingerprint({"encoder": dict(encoder.record()), "weights": _weights_digest(encoder),
                         "chunking": chunking, "window_tokens": window, "spans": spans}, dids)
     path = cache_dir() / "chunk-embeddings" / f"{key}.npz"
     if path.exists():
@@ -425,7 +425,7 @@ def run_chunk_retrieval(
                           for q, r in per_query.items()}, metrics=CHUNK_METRICS)
     doc_scores = mean_scores(per_doc, metrics=CHUNK_METRICS)
     scores.update({k + IN_DOC: v for k, v in doc_scores.items()})
-    config = dict(encoder.config())
+    config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=None,
                   chunking=chunking, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
                   window_tokens=(window_tokens or encoder.max_length)
@@ -448,6 +448,7 @@ def run_chunk_retrieval(
                 "n_spans": sum(len(s) for s in data.spans.values())},
         versions=versions(encoder),
         created=time.time(),
+        htp_config=encoder.config.to_dict(),
         per_query=per_query,
     )
 

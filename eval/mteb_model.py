@@ -175,7 +175,7 @@ class HTPMtebEncoder(AbsEncoder):
         import htp_retrieval
         from htp_retrieval.eval.report import key_is_relevant
 
-        cfg = dict(self.encoder.config())
+        cfg = dict(self.encoder.record())
         exp = {k: cfg[k] for k in _EXPERIMENT_KEYS
                if k in cfg and key_is_relevant(cfg["method"], k)}
         model = getattr(self.encoder, "model", None)

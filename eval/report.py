@@ -175,8 +175,8 @@ def _show_unbound_budget_as_default(
     same number of blocks (:func:`htp_retrieval.layout.same_block_budgets`), the layouts are
     exactly those the default value gives: B = 8 at 512 tokens with T = 64, or any run made
     before the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Where the record
-    carries a ``same_layouts`` check (``htp-retrieval analyze same-layouts --write``,
-    :mod:`~htp_retrieval.eval.layout_check`) showing that default values of B, the long
+    carries a ``same_layouts`` check (``python -m research same-layouts --write``,
+    research/layout_check.py) showing that default values of B, the long
     and/or the short budget (every value a check names must be the default) lay out every
     one of its documents and queries as the run did, the same holds for that data. Such a
     record gets the default value (so it is labelled and plotted as the default) and keeps

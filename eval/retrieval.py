@@ -29,7 +29,8 @@ class RetrievalResult:
     Attributes:
         dataset: Dataset name.
         split: Qrels split.
-        config: The encoder's settings (:meth:`HTPEncoder.config`) plus instructions.
+        config: The encoder's settings record (:meth:`HTPEncoder.record`) plus
+            instructions and run settings.
         scores: Metric label -> value in percent (NDCG@10, Recall@100, ...).
         cost: ``corpus_seconds``, ``query_seconds``, ``encode_seconds`` (s),
             ``corpus_tokens``, ``tokens_per_second``, ``peak_memory_bytes``,
@@ -43,9 +44,13 @@ class RetrievalResult:
         query_meta: ``query_id -> facts`` the rows can be split by, e.g. for needle and
             passkey the relevant document, the seeded needle ``depth`` (0..1) and its
             ``n_tokens``.
+        htp_config: The whole resolved :class:`~htp_retrieval.config.HTPConfig` of the
+            (document) encoder (:meth:`~htp_retrieval.config.HTPConfig.to_dict`):
+            ``HTPEncoder(model, HTPConfig.from_dict(result["htp_config"]))`` rebuilds it.
+        query_htp_config: The query encoder's, where queries used another one.
         same_layouts: Checks that other K-policy values lay out every input of this run
-            as it was laid out (``htp-retrieval analyze same-layouts --write``,
-            :mod:`~htp_retrieval.eval.layout_check`); written only when there are some.
+            as it was laid out (``python -m research same-layouts --write``,
+            research/layout_check.py); written only when there are some.
     """
 
     dataset: str
@@ -59,6 +64,8 @@ class RetrievalResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
     query_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
     same_layouts: list[dict[str, Any]] = field(default_factory=list)
+    htp_config: dict[str, Any] = field(default_factory=dict)
+    query_htp_config: dict[str, Any] = field(default_factory=dict)
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
@@ -66,8 +73,9 @@ class RetrievalResult:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
         raw = asdict(self)
-        if not raw["same_layouts"]:
-            del raw["same_layouts"]
+        for key in ("same_layouts", "htp_config", "query_htp_config"):
+            if not raw[key]:
+                del raw[key]
         tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))
         tmp.replace(p)
 
@@ -83,7 +91,7 @@ def versions(encoder: Any = None) -> dict[str, str]:
     Args:
         encoder: The encoder of the run; where it has a ``model`` on a device, the result
             records it as ``device`` (``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``): bf16
-            kernels differ between devices, and so do the scores (docs/ANALYSIS.md,
+            kernels differ between devices, and so do the scores (research/ANALYSIS.md,
             section 15).
     """
     import torch
@@ -145,7 +153,7 @@ def rank1_counts(run: dict[str, dict[str, float]]) -> dict[str, int]:
         ``rank1_docs``: distinct documents at rank 1 over all queries;
         ``rank1_top_queries``: queries whose rank-1 document is the most frequent one.
         A few documents at rank 1 for every query is the hubness that made Qwen2.5's htp
-        score Acc@1 0 in fp32 (docs/ANALYSIS.md, section 15.4). Empty run: zeros.
+        score Acc@1 0 in fp32 (research/ANALYSIS.md, section 15.4). Empty run: zeros.
     """
     top = rank1_documents(run)
     return {"rank1_docs": len(top),
@@ -233,7 +241,7 @@ def encode_corpus(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
-        fp = _fingerprint(dict(encoder.config()), instruction, ids)
+        fp = _fingerprint(dict(encoder.record()), instruction, ids)
         meta = ckpt / "meta.json"
         old = json.loads(meta.read_text()) if meta.exists() else {}
         if ckpt.exists() and old.get("fp") != fp:
@@ -365,10 +373,10 @@ def run_retrieval(
         "loadavg_start": load0,
         "loadavg_end": _loadavg(),
     }
-    config = dict(encoder.config())
+    config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=document_instruction)
     if query_encoder is not None:
-        config["query_config"] = dict(query_encoder.config())
+        config["query_config"] = dict(query_encoder.record())
     return RetrievalResult(
         dataset=data.name,
         split=split,
@@ -380,4 +388,6 @@ def run_retrieval(
         versions=versions(encoder),
         created=time.time(),
         per_query=per_query,
+        htp_config=encoder.config.to_dict(),
+        query_htp_config={} if query_encoder is None else query_encoder.config.to_dict(),
     )

@@ -206,12 +206,13 @@ def run_sts(
         "loadavg_start": load0,
         "loadavg_end": _loadavg(),
     }
-    config = dict(encoder.config())
+    config = dict(encoder.record())
     config.update(query_instruction=instruction, document_instruction=instruction)
     return RetrievalResult(
         dataset=data.name, split=data.split, config=config, scores=scores, cost=cost,
         counts={"n_pairs": len(data), "n_sentences": len(sentences)},
-        versions=versions(encoder), created=time.time())
+        versions=versions(encoder), created=time.time(),
+        htp_config=encoder.config.to_dict())
 
 
 __all__ = ["StsData", "load_sts", "run_sts", "spearman_percent", "is_sts_file", "sts_file"]

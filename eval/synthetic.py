@@ -330,6 +330,33 @@ def generate(
                         tokenizer=tokenizer, haystack=haystack)[context_length]
 
 
+def parse_synthetic_spec(spec: str) -> tuple[str, int] | None:
+    """Parse a ``--data`` value (or ``calibrate --long-data`` item) ``needle:<tokens>``.
+
+    Args:
+        spec: The value.
+
+    Returns:
+        ``(task, context_length)`` for ``needle:<n>`` / ``passkey:<n>`` (case-insensitive),
+        or ``None`` for anything else (a BEIR folder).
+
+    Raises:
+        ValueError: if the task is synthetic but the length is not a positive integer
+            number of tokens (the message quotes the value).
+    """
+    task, sep, length = spec.strip().partition(":")
+    if not sep or task.lower() not in SYNTHETIC_TASKS:
+        return None
+    try:
+        n = int(length)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ValueError(f"--data {spec!r}: expected {task.lower()}:<context length in tokens>, "
+                         "e.g. passkey:256")
+    return task.lower(), n
+
+
 def synthetic_query_meta(data: SyntheticData) -> dict[str, dict[str, Any]]:
     """Per query: its relevant document, the needle's seeded depth and the document length.
 
@@ -395,6 +422,7 @@ def write_beir(data: BeirData, path: str | Path, *, split: str = "test") -> Path
     return root
 
 
-__all__ = ["SyntheticData", "synthetic_query_meta", "SyntheticTask", "SYNTHETIC_TASKS", "CONTEXT_LENGTHS",
-           "DEFAULT_CONTEXT_LENGTHS", "PASSKEY_FILLER", "generate", "generate_all",
-           "write_beir", "corpus_bytes", "corpus_sha256", "find_haystack", "load_tokenizer"]
+__all__ = ["SyntheticData", "synthetic_query_meta", "parse_synthetic_spec", "SyntheticTask",
+           "SYNTHETIC_TASKS", "CONTEXT_LENGTHS", "DEFAULT_CONTEXT_LENGTHS", "PASSKEY_FILLER",
+           "generate", "generate_all", "write_beir", "corpus_bytes", "corpus_sha256",
+           "find_haystack", "load_tokenizer"]

@@ -1,4 +1,8 @@
-"""Command line: ``htp-retrieval eval | report | bench | analyze | calibrate | ingest | query | ...``."""
+"""Command line: ``htp-retrieval eval | report | bench | calibrate | ingest | query | ...``.
+
+The research commands (norms, drift, ablations, seeds, ...) are ``python -m research``, run
+from the repository root (research/README.md).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ import argparse
 import os
 import shlex
 import sys
-from typing import get_args
+from pathlib import Path
+from typing import Any, get_args
 
 from htp_retrieval.dtypes import DTypeArg
 from htp_retrieval.methods import METHODS
@@ -101,17 +106,56 @@ def _preset_arg(args: argparse.Namespace, cmd: str) -> str | None:
     return str(args.preset)
 
 
+def _settings_args(args: argparse.Namespace, cmd: str) -> dict[str, Any]:
+    """The config settings given as flags (``None``: not given) and ``--preset``."""
+    return dict(k=args.k, max_length=args.max_length, overflow=args.overflow,
+                tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
+                min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
+                short_budget=args.short_budget, tp_start=args.tp_start, tp_exit=args.tp_exit,
+                output_layer=args.output_layer, segmenter=args.segmenter,
+                preset=_preset_arg(args, cmd))
+
+
+def _config_file(path: str, cmd: str) -> Any:
+    """``--config FILE``: an HTPConfig JSON, or a results JSON holding one."""
+    import json
+
+    from htp_retrieval.config import HTPConfig
+
+    try:
+        raw = json.loads(Path(path).read_text())
+        return HTPConfig.from_dict(raw.get("htp_config", raw) if isinstance(raw, dict) else raw)
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise SystemExit(f"htp-retrieval {cmd}: --config {path}: {e} (expected the JSON of "
+                         "HTPConfig.to_json(), as htp-retrieval config writes, or a results "
+                         "JSON with an 'htp_config' key)") from e
+
+
 def cmd_layout(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
 
-    enc = HTPEncoder(args.model, args.method, k=args.k, max_length=args.max_length,
-                     overflow=args.overflow,
-                     tokens_per_block=args.tokens_per_block, max_blocks=args.max_blocks,
-                     min_block_tokens=args.min_block_tokens, long_budget=args.long_budget,
-                     short_budget=args.short_budget, tp_start=args.tp_start, tp_exit=args.tp_exit,
-                     output_layer=args.output_layer, segmenter=args.segmenter,
-                     preset=_preset_arg(args, "layout"))
+    if args.config is not None:
+        enc = HTPEncoder(args.model, _config_file(args.config, "layout"))
+    else:
+        enc = HTPEncoder(args.model, args.method, **_settings_args(args, "layout"))
     print(enc.describe(args.text, instruction=args.instruction))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print (or write) the resolved HTPConfig of a method on a model; loads no weights."""
+    from htp_retrieval.config import HTPConfig
+
+    try:
+        cfg = HTPConfig.for_model(args.model, args.method, **_settings_args(args, "config"))
+    except ValueError as e:
+        raise SystemExit(f"htp-retrieval config: {e}") from e
+    text = cfg.to_json(indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+        print(f"wrote {args.output} (digest {cfg.digest()})", file=sys.stderr)
+    else:
+        print(text)
     return 0
 
 
@@ -234,7 +278,7 @@ def _add_k_policy_args(p: argparse.ArgumentParser) -> None:
                        if (b := pre.short_budget) is not None) or "none sets one"
     p.add_argument("--short-budget", type=_short_budget, default=None, metavar="S:B_S",
                    help="adaptive K short-text budget: at most B_S blocks up to S text tokens "
-                   "(docs/ANALYSIS.md section 16); 0 = none; default: the --preset's, else "
+                   "(research/ANALYSIS.md section 16); 0 = none; default: the --preset's, else "
                    f"the model family's ({shorts}) for methods with a density cap")
 
 
@@ -333,11 +377,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("text")
     p.add_argument("--method", default="htp")
     p.add_argument("--instruction", default=None)
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a saved HTPConfig JSON (htp-retrieval config --output), or a results "
+                   "JSON with an htp_config key; replaces --method and the setting flags")
     _add_encoder_args(p)
     p.set_defaults(func=cmd_layout)
 
-    from htp_retrieval.bench import add_subcommands as add_bench
-    from htp_retrieval.eval.analysis import add_subcommands as add_analysis
+    p = sub.add_parser("config", help="print the resolved HTPConfig of a method on a model "
+                       "(every setting, the family's and method's defaults filled in; no "
+                       "weights are loaded)")
+    p.add_argument("--method", default="htp")
+    p.add_argument("--output", default=None, metavar="FILE",
+                   help="write the JSON here (for ingest --config, layout --config)")
+    _add_encoder_args(p)
+    p.set_defaults(func=cmd_config)
+
+    from htp_retrieval.eval.bench import add_subcommands as add_bench
     from htp_retrieval.eval.calibrate import add_subcommands as add_calibrate
     from htp_retrieval.eval.commands import add_subcommands as add_eval_commands
     from htp_retrieval.eval.parity import add_subcommands as add_parity
@@ -347,7 +402,6 @@ def main(argv: list[str] | None = None) -> int:
     add_eval_commands(sub)  # report, mteb
     add_parity(sub)  # the official repo's script names
     add_bench(sub)  # bench
-    add_analysis(sub)  # analyze norms | drift | ablate
     add_calibrate(sub)  # calibrate
 
     p = sub.add_parser("segmenters", help="time the sentence segmenters on a BEIR corpus")

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from htp_retrieval.chunking import Chunk, chunk_token_ranges
+from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.layout import (
     Layout,
     TemplateIds,
-    adaptive_k,
     as_long_budget,
     auto_tokens_per_block,
     build_layout,
@@ -40,25 +40,15 @@ from htp_retrieval.layout import (
     token_sentence_array,
 )
 from htp_retrieval.long_text import (
-    OVERFLOWS,
-    Overflow,
     block_starts_for_chunks,
-    default_max_length,
     late_windows,
     overlapping_windows,
 )
 from htp_retrieval.methods import MethodSpec, get_method
-from htp_retrieval.models import (
-    DEFAULT_MODEL,
-    default_long_budget,
-    default_short_budget,
-    layer_preset,
-    load_model,
-    resolve_exit_layer,
-)
+from htp_retrieval.models import DEFAULT_MODEL, load_model
 from htp_retrieval.pooling import last_pool, mean_pool
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
-from htp_retrieval.segmentation import Segmenter, SegmenterName, get_segmenter
+from htp_retrieval.segmentation import Segmenter, get_segmenter
 from htp_retrieval.st_format import STSettings, is_st_folder, read_st_folder
 
 logger = logging.getLogger(__name__)
@@ -66,11 +56,26 @@ logger = logging.getLogger(__name__)
 PST = "<PST>"
 BPST = "<B-PST>"
 PaddingSide = Literal["right", "left"]
-Summary = Literal["last", "mean"]
-"""What each ``<PST>`` receives: the block's last-token state or the block's mean state."""
 PlaceholderInit = str
 """``mean`` (mean of the embedding matrix, as ``resize_token_embeddings`` does),
 ``zeros``, ``bos``, or ``token:<text>`` (a copy of that token's embedding, e.g. ``token:.``)."""
+
+RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
+"""Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
+
+
+def _setting(path: str, doc: str) -> property:
+    """A read-only view of one field of the encoder's :class:`HTPConfig`."""
+    parts = path.split(".")
+
+    def get(self: HTPEncoder) -> Any:
+        value: Any = self._config
+        for part in parts:
+            value = getattr(value, part)
+        return value
+
+    return property(get, doc=f"{doc} (``config.{path}``)")
+
 
 PROMPTEOL_BEFORE = 'This sentence : "'
 PROMPTEOL_AFTER = '" means in one word:"'
@@ -287,6 +292,16 @@ class HTPEncoder:
     are never resized), copies are forward pre-hooks on the layers in [tp_start, tp_exit),
     and early exit stops after L' layers without computing the LM head.
 
+    Every setting that changes the vectors lives in one :class:`~htp_retrieval.config.HTPConfig`
+    (``encoder.config``), resolved once from the method, the model family's preset and any
+    overrides (:meth:`HTPConfig.for_model <htp_retrieval.config.HTPConfig.for_model>`).
+
+    Example:
+        >>> HTPEncoder("qwen2.5-coder-0.5b-instruct", method="htp")        # doctest: +SKIP
+        >>> HTPEncoder("smollm2-135m-instruct", "vanilla-mean", max_length=512)  # doctest: +SKIP
+        >>> cfg = HTPConfig.from_json(open("run.json").read())               # doctest: +SKIP
+        >>> HTPEncoder("smollm2-135m-instruct", cfg)                         # doctest: +SKIP
+
     Args:
         model: A packaged name (default ``smollm2-135m-instruct``), a ``.gguf`` path, a local
             directory, a hub id, or an already loaded causal LM (then pass ``tokenizer``).
@@ -301,177 +316,91 @@ class HTPEncoder:
             the default ``max_length``. Every method then keeps the model's pooling:
             ``vanilla`` reproduces sentence-transformers, ``htp`` adds the placeholders
             (never pooled); methods with a template (Echo, PromptEOL) are refused.
-        method: Method name or alias (see :data:`htp_retrieval.methods.METHODS`).
+        config: A resolved :class:`~htp_retrieval.config.HTPConfig` (used as is; ``settings``
+            replace fields of it), or a method name or alias
+            (:data:`htp_retrieval.methods.METHODS`), shorthand for ``method=``; ``None``:
+            ``htp`` with the model's defaults.
         tokenizer: Tokenizer for a model object (must be a fast tokenizer).
-        k: Sentences per block, K (default: the method's, 1).
-        tokens_per_block: N for fixed-token blocks, or ``"auto"``: per document
-            N = text tokens // sentence blocks (paper Fig. 7).
-        segmenter: Sentence splitter name or object (``sentencizer`` default).
-        max_length: Text tokens per forward pass (placeholders and templates come on top
-            and are never cut). ``None`` (default): the model's context window less 128
-            tokens for them, at most 8192 (:func:`~htp_retrieval.long_text.default_max_length`).
-        overflow: What a longer text gets (:data:`~htp_retrieval.long_text.Overflow`):
-            ``window`` (default) embeds it whole in overlapping windows of ``max_length``
-            tokens, averaged by token count; ``truncate`` keeps the first ``max_length``
-            tokens and logs a warning naming the text and the tokens dropped
-            (:attr:`EncodeStats.truncated`); ``error`` raises ``ValueError``. Evaluations
-            at a fixed length (LongEmbed's protocol) truncate.
-        tp_start: First layer receiving copies (default: the model family's preset).
-        tp_exit: Copies stop before this layer (exclusive; default: preset).
-        output_layer: Early exit as ``hidden_states[output_layer]`` (default: preset, e.g.
-            -2 = second-to-last layer). The same exit applies to every method.
         device: ``auto``, ``cpu``, ``cuda`` (``cuda:N`` too). Inputs go to the device of
             the input embeddings.
-        device_map: Passed to ``from_pretrained`` (``"auto"`` spreads a model larger than
-            one GPU over all visible GPUs, with ``accelerate``); overrides ``device``.
         dtype: ``auto`` (default: :func:`~htp_retrieval.dtypes.resolve_dtype` picks bf16
             on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an older
             GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``. Ignored for
-            a model object. :meth:`config` records the resolved dtype, never ``auto``.
-        padding_side: ``right`` or ``left``; both give the same embeddings. ``None``
-            (default): the sentence-transformers tokenizer's side, else ``right``.
-        placeholder_init: Input embedding of the placeholders (:data:`PlaceholderInit`).
-        keep_sink: Keep the sink token (BOS, or EOS for models without BOS) at position 0.
-            ``False`` is for the sink ablation of the diagnosis only: placeholders then start
-            at position 0 and copies overwrite the attention sink, which costs quality.
-        summary: What ``<PST>_m`` receives (:data:`Summary`): ``last``, the state of the
-            block's last token (the paper, Sec. 4.2), or ``mean``, the mean of the block's
-            token states. Default: the preset's, else the method's (``htp``: ``mean``,
-            chosen by the diagnosis in docs/ANALYSIS.md; ``htp-last``: ``last``).
-        max_blocks: Adaptive K: a per-document block budget; K grows to
-            ``ceil(sentences / max_blocks)`` for long documents
-            (:func:`htp_retrieval.layout.adaptive_k`). ``None`` takes the preset's, else
-            the method's (``htp``: 32, :attr:`MethodSpec.max_blocks`); ``0`` forces fixed K.
-        min_block_tokens: Adaptive K's density cap T: at most one block per T text tokens
-            (``max(1, tokens // T)`` blocks), so texts of very short sentences do not get a
-            placeholder every few tokens (docs/ANALYSIS.md section 10). ``None`` takes the
-            preset's, else the method's (:attr:`MethodSpec.min_block_tokens`); ``0``: no cap.
-        long_budget: Adaptive K's long-text budget ``(L, B_L)``: a document of more than L
-            text tokens gets at most B_L blocks (docs/ANALYSIS.md sections 13 and 14).
-            ``None`` takes the preset's, else the model family's where its
-            :class:`~htp_retrieval.models.LayerPreset` sets one, else the method's
-            (``htp``: ``(1024, 8)``, :attr:`MethodSpec.long_budget`); ``0``: none.
-        short_budget: Adaptive K's short-text budget ``(S, B_S)``: a document of at most S
-            text tokens gets at most B_S blocks (docs/ANALYSIS.md section 16). ``None``
-            takes the preset's, else the model family's where its
-            :class:`~htp_retrieval.models.LayerPreset` sets one (methods with a density
-            cap only, :func:`~htp_retrieval.models.default_short_budget`); ``0``: none.
-        bare_prefix: Text put after the sink when there is no instruction (documents), e.g.
-            ``"Text:"``, the tail of the instruction format, so the ``<B-PST>`` block never
-            directly follows the sink (docs/ANALYSIS.md). Default: the preset's, else none.
-        preset: A calibration preset (``htp-retrieval calibrate`` JSON path, or a dict with
-            keys among :data:`htp_retrieval.eval.calibrate.PRESET_KEYS`); explicit
-            arguments win over it, and it wins over the model family's layer preset. A file
-            calibrated on a model of another depth has its copy layers scaled to this one's
-            (:func:`htp_retrieval.eval.calibrate.scale_layers`). Token Prepending takes only
-            its layers, and methods without placeholders (vanilla, Echo, PromptEOL) only its
-            ``output_layer``, so all stay comparable at the same exit layer.
+            a model object. :meth:`record` holds the resolved dtype, never ``auto``.
+        device_map: Passed to ``from_pretrained`` (``"auto"`` spreads a model larger than
+            one GPU over all visible GPUs, with ``accelerate``); overrides ``device``.
         batch_size: Maximum texts per batch.
         max_tokens_per_batch: Maximum padded tokens per batch (rows x longest row).
-        max_padding: Padding cap per row, as a fraction of its batch's width: batches are
-            cut from the length-sorted texts so that every row is at least
-            ``(1 - max_padding)`` x the longest row, which keeps each batch's padding
-            fraction below ``max_padding`` (default 0.1; ``1.0`` disables the cap).
-        pipeline: Prepare batch n+1 in a background thread while batch n runs the forward
-            pass (:meth:`encode`). ``None`` (default): on for a CUDA model, off on CPU,
-            where the thread competes with torch's own threads for the cores.
-        prepare_window: Lay out texts in windows of this many consecutive texts, so that
-            preparation also overlaps the forward pass (:meth:`encode`); ``None``
-            (default): all texts of a call at once, the batches of earlier versions.
+        **settings: Config settings by flat name
+            (:data:`~htp_retrieval.config.SETTING_KEYS`: ``method``, ``k``, ``max_length``,
+            ``overflow``, ``tp_start``, ``output_layer``, ``max_blocks``, ...; ``None``
+            keeps the default, see :class:`~htp_retrieval.config.HTPConfig` for what each
+            does), ``preset`` (a calibration preset file or dict, applied between the
+            family's preset and the explicit settings), ``segmenter`` (a name, or a
+            :class:`~htp_retrieval.segmentation.Segmenter` object), and the speed-only
+            :data:`RUNTIME_KEYS`: ``padding_side`` (``right`` or ``left``, equal vectors;
+            default the sentence-transformers tokenizer's side, else ``right``),
+            ``max_padding`` (rows of a batch are at least ``(1 - max_padding)`` x its widest
+            row; default 0.1), ``pipeline`` (prepare batch n+1 in a thread while batch n
+            runs; default on for CUDA only) and ``prepare_window`` (lay out this many
+            texts at a time; default all of a call).
 
     Raises:
-        ValueError: for an unknown method, an invalid layer range, padding side or
-            ``overflow``; for a sentence-transformers folder that is not supported
-            (:func:`~htp_retrieval.st_format.read_st_folder`) or a method with a template
-            on one.
+        TypeError: for an unknown setting name (the message lists the valid ones).
+        ValueError: for an unknown method, an invalid value (:class:`HTPConfig` names it),
+            a layer window outside the model, a padding side; for a sentence-transformers
+            folder that is not supported (:func:`~htp_retrieval.st_format.read_st_folder`)
+            or a method with a template on one.
     """
 
     def __init__(
         self,
         model: str | Any = DEFAULT_MODEL,
-        method: str | MethodSpec = "htp",
+        config: HTPConfig | str | MethodSpec | None = None,
         *,
         tokenizer: Any | None = None,
-        k: int | None = None,
-        tokens_per_block: int | Literal["auto"] | None = None,
-        segmenter: SegmenterName | Segmenter = "sentencizer",
-        max_length: int | None = None,
-        overflow: Overflow = "window",
-        tp_start: int | None = None,
-        tp_exit: int | None = None,
-        output_layer: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
-        padding_side: PaddingSide | None = None,
-        placeholder_init: PlaceholderInit = "mean",
-        keep_sink: bool = True,
-        summary: Summary | None = None,
-        max_blocks: int | None = None,
-        min_block_tokens: int | None = None,
-        long_budget: tuple[int, int] | Literal[0] | None = None,
-        short_budget: tuple[int, int] | Literal[0] | None = None,
-        preset: str | Path | dict[str, Any] | None = None,
-        bare_prefix: str | None = None,
+        device_map: str | dict[str, Any] | None = None,
         batch_size: int = 32,
         max_tokens_per_batch: int = 16384,
-        device_map: str | dict[str, Any] | None = None,
-        max_padding: float = 0.1,
-        pipeline: bool | None = None,
-        prepare_window: int | None = None,
+        **settings: Any,
     ) -> None:
-        if overflow not in OVERFLOWS:
-            raise ValueError(f"overflow must be one of {OVERFLOWS}, got {overflow!r}")
-        pre: dict[str, Any] = {}
-        pre_depth: int | None = None
-        self.preset: str | None = None
-        if preset is not None:
-            from htp_retrieval.eval.calibrate import PRESET_KEYS, read_preset
-
-            if isinstance(preset, dict):
-                pre = dict(preset)
-                bad = set(pre) - set(PRESET_KEYS)
-                if bad:
-                    raise ValueError(f"unknown preset keys {sorted(bad)}; valid: {PRESET_KEYS}")
-            else:  # read_preset validates the keys
-                pre, pre_depth = read_preset(preset)
-                self.preset = str(preset)
-            scheme = get_method(method).placeholders
-            if scheme not in ("local", "hierarchical"):
-                # Token Prepending takes the layers; no placeholders: only the exit layer
-                keep = ("tp_start", "tp_exit", "output_layer") if scheme == "tp" else (
-                    "output_layer",)
-                pre = {key: v for key, v in pre.items() if key in keep}
-        k = pre.get("k") if k is None else k
-        if summary is None:
-            summary = pre.get("summary") or get_method(method).summary
-        if max_blocks is None:
-            max_blocks = pre.get("max_blocks", get_method(method).max_blocks)
-        max_blocks = max_blocks or None
-        if min_block_tokens is None:
-            min_block_tokens = pre.get("min_block_tokens", get_method(method).min_block_tokens)
-        min_block_tokens = min_block_tokens or None
-        if long_budget is not None:
-            as_long_budget(long_budget)  # fail before loading a model
-        if short_budget is not None:
-            as_long_budget(short_budget, name="short_budget")
-        bare_prefix = pre.get("bare_prefix") or "" if bare_prefix is None else bare_prefix
-        self.bare_prefix: str = bare_prefix
-        self.spec = get_method(method).with_options(k=k, tokens_per_block=tokens_per_block)
+        runtime = {k: settings.pop(k) for k in RUNTIME_KEYS if k in settings}
+        preset = settings.pop("preset", None)
+        segmenter = settings.get("segmenter")
+        if segmenter is not None and not isinstance(segmenter, str):  # a Segmenter object
+            settings["segmenter"] = getattr(segmenter, "name", None)
+            self._segmenter = segmenter
+        else:
+            self._segmenter = None
+        unknown = sorted(set(settings) - set(SETTING_KEYS))
+        if unknown:
+            raise TypeError(f"HTPEncoder got unknown settings {unknown}; valid: "
+                            f"{', '.join(SETTING_KEYS + RUNTIME_KEYS)} (or pass config=)")
+        if isinstance(config, (str, MethodSpec)):  # a method name: HTPEncoder(model, "htp")
+            settings.setdefault("method", config)
+            config = None
+        method = settings.pop("method", None) or "htp"
+        if config is not None and not isinstance(config, HTPConfig):
+            raise TypeError(f"config must be an HTPConfig or a method name, got "
+                            f"{type(config).__name__}")
+        get_method(method)  # an unknown method fails before a model loads
+        for name in ("long_budget", "short_budget"):
+            if settings.get(name) is not None:
+                as_long_budget(settings[name], name=name)
         self.st: STSettings | None = None
         if isinstance(model, Path):
             model = str(model)
+        padding_side = runtime.get("padding_side")
         if is_st_folder(model):  # refuses unsupported folders before loading weights
             self.st = read_st_folder(model)
-            self.spec = self._st_spec(self.spec, self.st)
-            if output_layer is None:
-                output_layer = -1
             if padding_side is None:
                 padding_side = self.st.padding_side
-            if max_length is None and self.st.max_seq_length is not None:
-                max_length = self.st.max_seq_length - len(self.st.lead_ids) - len(
-                    self.st.trail_ids)
         if padding_side is None:
             padding_side = "right"
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         if isinstance(model, str):
             self.model, self.tokenizer = load_model(model, device=device, dtype=dtype,
                                                     device_map=device_map)
@@ -483,56 +412,35 @@ class HTPEncoder:
             self.model_name = getattr(model.config, "_name_or_path", "") or type(model).__name__
         if not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("a fast tokenizer (with offset mapping) is required")
-        if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
-        if max_length is None:
-            max_length = default_max_length(
-                getattr(self.model.config, "max_position_embeddings", None))
-        if max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
-        self.overflow: Overflow = overflow
         self.n_layers = len(decoder_layers(self.model))
-        if pre_depth is not None:  # a preset file calibrated on another depth is scaled
-            from htp_retrieval.eval.calibrate import scale_layers
-
-            pre = scale_layers(pre, pre_depth, self.n_layers)
-        tp_start = pre.get("tp_start") if tp_start is None else tp_start
-        tp_exit = pre.get("tp_exit") if tp_exit is None else tp_exit
-        output_layer = pre.get("output_layer") if output_layer is None else output_layer
-        preset = layer_preset(self.model.config.model_type)
-        if long_budget is None:  # the calibration preset's, else the family's or the method's
-            long_budget = pre["long_budget"] if "long_budget" in pre else default_long_budget(
-                self.spec.long_budget, self.model.config.model_type)
-        self.long_budget: tuple[int, int] | None = as_long_budget(long_budget)
-        if short_budget is None:  # the calibration preset's, else the family's
-            short_budget = pre["short_budget"] if "short_budget" in pre else (
-                default_short_budget(self.spec, self.model.config.model_type))
-        self.short_budget: tuple[int, int] | None = as_long_budget(short_budget,
-                                                                   name="short_budget")
-        self.tp_start = preset.tp_start if tp_start is None else tp_start
-        self.tp_exit = min(preset.tp_exit, self.n_layers) if tp_exit is None else tp_exit
-        self.output_layer = preset.output_layer if output_layer is None else output_layer
-        self.exit_layer = resolve_exit_layer(self.output_layer, self.n_layers)
-        if not 0 <= self.tp_start <= self.tp_exit <= self.n_layers:
-            raise ValueError(
-                f"need 0 <= tp_start <= tp_exit <= {self.n_layers}, got "
-                f"tp_start={self.tp_start}, tp_exit={self.tp_exit}"
-            )
-        self.max_length = max_length
+        if config is None:
+            st_len = None
+            if self.st is not None and self.st.max_seq_length is not None:
+                st_len = self.st.max_seq_length - len(self.st.lead_ids) - len(self.st.trail_ids)
+            config = HTPConfig.for_model(
+                self.model.config, method, preset=preset, n_layers=self.n_layers,
+                st_max_length=st_len, st_output_layer=-1 if self.st is not None else None,
+                **settings)
+        else:
+            if preset is not None:
+                raise ValueError("preset= applies when the config is resolved: pass it to "
+                                 "HTPConfig.for_model, not with a config")
+            config = config.replace(**{k: v for k, v in settings.items() if v is not None},
+                                    **({"method": method} if "method" in settings else {}))
         self.padding_side: PaddingSide = padding_side
-        self.placeholder_init = placeholder_init
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
+        max_padding = runtime.get("max_padding", 0.1)
         if not 0.0 <= max_padding <= 1.0:
             raise ValueError(f"max_padding must be in [0, 1], got {max_padding}")
         self.max_padding = max_padding
+        prepare_window = runtime.get("prepare_window")
         if prepare_window is not None and prepare_window < 1:
             raise ValueError(f"prepare_window must be >= 1 or None, got {prepare_window}")
         self.prepare_window = prepare_window
         dev = self.model.get_input_embeddings().weight.device
+        pipeline = runtime.get("pipeline")
         self.pipeline: bool = dev.type == "cuda" if pipeline is None else bool(pipeline)
-        self._segmenter_arg = segmenter
-        self._segmenter: Segmenter | None = None
         self._lock = threading.Lock()
         self.last_stats = EncodeStats()
         self._warned_positions = False
@@ -543,31 +451,70 @@ class HTPEncoder:
         self.pst_id = tok.convert_tokens_to_ids(PST)
         self.bpst_id = tok.convert_tokens_to_ids(BPST)
         sink = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        self.keep_sink = keep_sink
-        if summary not in ("last", "mean"):
-            raise ValueError(f"summary must be 'last' or 'mean', got {summary!r}")
-        self.summary: Summary = summary
-        if max_blocks is not None and max_blocks < 1:
-            raise ValueError(f"max_blocks must be >= 1 or None, got {max_blocks}")
-        self.max_blocks = max_blocks
-        if min_block_tokens is not None and min_block_tokens < 1:
-            raise ValueError(f"min_block_tokens must be >= 1 or None, got {min_block_tokens}")
-        self.min_block_tokens = min_block_tokens
         self.sink_id = sink
+        self._init_vec: torch.Tensor | None = None
+        self.config = config  # validates the layers against the model, sets spec/template
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def config(self) -> HTPConfig:
+        """The resolved :class:`~htp_retrieval.config.HTPConfig` (assigning one re-derives
+        the method spec, the exit layer and the template; raises ``ValueError`` for a
+        layer window outside this model)."""
+        return self._config
+
+    @config.setter
+    def config(self, cfg: HTPConfig) -> None:
+        if not isinstance(cfg, HTPConfig):
+            raise TypeError(f"config must be an HTPConfig, got {type(cfg).__name__}")
+        exit_layer = cfg.layers.exit_layer(self.n_layers)
+        old = getattr(self, "_config", None)
+        self._config = cfg
+        self.exit_layer = exit_layer
+        spec = cfg.spec
+        self.spec: MethodSpec = self._st_spec(spec, self.st) if self.st is not None else spec
+        keep_sink = cfg.keep_sink
+        sink = self.sink_id
         self.sink_ids: tuple[int, ...] = (sink,) if sink is not None and keep_sink else ()
         if self.st is not None:
             # the model's own leading tokens (e.g. BOS) are the sink; a tokenizer that adds
             # none (Qwen3-Embedding) gets ``sink`` only where a placeholder would be first
             self.sink_ids = self.st.lead_ids
         self.template = self._template_ids()
-        self._init_vec: torch.Tensor | None = None
+        if old is not None and old.segmenter != cfg.segmenter:
+            self._segmenter = None
+        if old is not None and old.placeholder_init != cfg.placeholder_init:
+            self._init_vec = None
+
+    tp_start = _setting("layers.tp_start", "First layer receiving copies.")
+    tp_exit = _setting("layers.tp_exit", "Copies stop before this layer (exclusive).")
+    output_layer = _setting("layers.output_layer", "Early exit as ``hidden_states[i]``.")
+    overflow = _setting("overflow", "What a text longer than ``max_length`` gets.")
+    summary = _setting("summary", "What ``<PST>_m`` receives (``last`` or ``mean``).")
+    max_blocks = _setting("blocks.max_blocks", "Block budget per document, or ``None``.")
+    min_block_tokens = _setting("blocks.min_block_tokens", "Density cap T, or ``None``.")
+    long_budget = _setting("blocks.long_budget", "``(L, B_L)``, or ``None``.")
+    short_budget = _setting("blocks.short_budget", "``(S, B_S)``, or ``None``.")
+    keep_sink = _setting("keep_sink", "Whether the sink token stays at position 0.")
+    placeholder_init = _setting("placeholder_init", "Input embedding of the placeholders.")
+    bare_prefix = _setting("bare_prefix", "Text after the sink for documents.")
+    preset = _setting("preset", "The calibration preset file the config came from.")
+
+    @property
+    def max_length(self) -> int:
+        """Text tokens per forward pass (``config.max_length``; assignable)."""
+        return self._config.max_length
+
+    @max_length.setter
+    def max_length(self, value: int) -> None:
+        self.config = self._config.replace(max_length=value)
 
     # ------------------------------------------------------------------ layout
     @property
     def segmenter(self) -> Segmenter:
         """The sentence segmenter, created on first use."""
         if self._segmenter is None:
-            self._segmenter = get_segmenter(self._segmenter_arg)
+            self._segmenter = get_segmenter(self._config.segmenter)
         return self._segmenter
 
     def _ids(self, text: str) -> tuple[int, ...]:
@@ -794,10 +741,7 @@ class HTPEncoder:
                         for offs, starts in zip(offs_all, starts_all)]
             blocks = [
                 sentence_block_starts(
-                    si, adaptive_k(count_sentences(si), spec.sentences_per_block, self.max_blocks,
-                                   n_tokens=len(ids), min_block_tokens=self.min_block_tokens,
-                                   long_budget=self.long_budget,
-                                   short_budget=self.short_budget)
+                    si, self._config.blocks.k_for(count_sentences(si), len(ids))
                 )
                 for si, ids in zip(sent_idx, ids_all)
             ]
@@ -1499,15 +1443,17 @@ class HTPEncoder:
         """Embedding dimension."""
         return int(self.model.config.hidden_size)
 
-    def config(self) -> dict[str, Any]:
-        """The settings that define the embeddings (for results files and caches)."""
+    def record(self) -> dict[str, Any]:
+        """The settings that define the embeddings, flat, with the model, its depth and the
+        resolved dtype (for results files and caches; settings at their historical defaults
+        are left out so that earlier results and caches keep their keys)."""
         s = self.spec
         return {
             "model": self.model_name,
             "method": s.name,
             "k": s.sentences_per_block,
             "tokens_per_block": s.tokens_per_block,
-            "segmenter": getattr(self._segmenter_arg, "name", self._segmenter_arg),
+            "segmenter": self._config.segmenter,
             "max_length": self.max_length,
             "tp_start": self.tp_start,
             "tp_exit": self.tp_exit,

@@ -167,7 +167,7 @@ def adaptive_k(
     long_budget: LongBudget | None = None,
     short_budget: ShortBudget | None = None,
 ) -> int:
-    """K for one document under a block budget (adaptive K, docs/ANALYSIS.md section 8).
+    """K for one document under a block budget (adaptive K, research/ANALYSIS.md section 8).
 
     The paper finds K = 1 best for short documents and larger K for long ones, as too many
     ``<B-PST>`` tokens push the model out of distribution (Sec. 5.3, Table 12). This policy
@@ -177,9 +177,9 @@ def adaptive_k(
     :func:`block_budget` of the document's text tokens: ``max_blocks``; with
     ``min_block_tokens = T`` also at most ``max(1, n_tokens // T)``, so a text of very short
     sentences (passkey filler, lists) gets no more than one block per T text tokens on
-    average (the placeholder density, docs/ANALYSIS.md section 10); with ``long_budget =
-    (L, B_L)`` at most B_L past L text tokens (docs/ANALYSIS.md section 13); with
-    ``short_budget = (S, B_S)`` at most B_S up to S text tokens (docs/ANALYSIS.md
+    average (the placeholder density, research/ANALYSIS.md section 10); with ``long_budget =
+    (L, B_L)`` at most B_L past L text tokens (research/ANALYSIS.md section 13); with
+    ``short_budget = (S, B_S)`` at most B_S up to S text tokens (research/ANALYSIS.md
     section 16).
 
     Args:

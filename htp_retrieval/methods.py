@@ -49,7 +49,7 @@ class MethodSpec:
             (:data:`TokensPerBlock`; ``"auto"`` picks N per document).
         summary: What each ``<PST>`` receives before a copy layer: ``last``, the state of
             its block's last token (the paper, Sec. 4.2), or ``mean``, the mean of its
-            block's token states (this library's HTP default; docs/ANALYSIS.md).
+            block's token states (this library's HTP default; research/ANALYSIS.md).
         max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
             this many blocks per document, K growing to ``ceil(sentences / max_blocks)``
             on longer documents; ``None`` keeps K fixed. ``htp`` ships 32: every SciFact
@@ -59,12 +59,12 @@ class MethodSpec:
             at most one block per T text tokens; ``None``: no cap. ``htp`` ships 64: text of
             very short sentences (passkey filler, 4-5 tokens each) otherwise gets a
             placeholder every few tokens, which costs more than the copies give
-            (docs/ANALYSIS.md, section 10); past 1024 text tokens ``long_budget`` binds first.
+            (research/ANALYSIS.md, section 10); past 1024 text tokens ``long_budget`` binds first.
         long_budget: ``(L, B_L)``: past L text tokens a document gets at most B_L blocks
             (:func:`htp_retrieval.layout.adaptive_k`); ``None``: no such budget. ``htp``
             ships ``(1024, 8)``: on needle documents of 2048 and 8192 tokens, 8 blocks
             scored best on a seed other than the test seed, while at 1024 tokens the
-            density cap's 16 win and 8 lose (docs/ANALYSIS.md, sections 12 and 13). A
+            density cap's 16 win and 8 lose (research/ANALYSIS.md, sections 12 and 13). A
             model family's preset may set its own in place of it
             (:attr:`htp_retrieval.models.LayerPreset.long_budget`).
         description: One line for the README's method table.
@@ -160,7 +160,7 @@ ALIASES: dict[str, str] = {
     "tp_sentence": "tp-sentence",
     "tp_sentence_begin": "htp-last",  # the official plan feeds last-token states
     "fixed-token": "htp-fixed-tokens",
-    # task presets, chosen by measurement (docs/ANALYSIS.md, section 9; docs/RESULTS.md STS-B)
+    # task presets, chosen by measurement (research/ANALYSIS.md, section 9; docs/RESULTS.md STS-B)
     "retrieval": "htp",  # HTP on both queries and documents
     "sts": "prompteol-last",  # short-text similarity: PromptEOL beat HTP on STS-B
 }

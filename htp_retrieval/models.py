@@ -136,14 +136,14 @@ LAYER_PRESETS: dict[str, LayerPreset] = {
     "mistral": LayerPreset(1, 7, -3, "paper Table 5 (Mistral-7B-Instruct-v0.3)"),
     "gemma2": LayerPreset(1, 6, -2, "paper Table 5 (Gemma-2-9B)"),
     "qwen2": LayerPreset(1, 7, -2, "paper Table 5 (Qwen2-1.5B-Instruct); also the best window "
-                         "for Qwen2.5-Coder-0.5B with block-mean summaries (docs/ANALYSIS.md); "
+                         "for Qwen2.5-Coder-0.5B with block-mean summaries (research/ANALYSIS.md); "
                          "4 blocks past 1024 text tokens, chosen on needle and passkey "
-                         "documents of seed 1 (docs/ANALYSIS.md section 14)",
+                         "documents of seed 1 (research/ANALYSIS.md section 14)",
                          long_budget=(1024, 4)),
     "llama": LayerPreset(1, 15, -2, "calibrated for SmolLM2-135M on SciFact train claims "
-                         "(docs/ANALYSIS.md): copies before layers 1-14, second-to-last; one "
+                         "(research/ANALYSIS.md): copies before layers 1-14, second-to-last; one "
                          "block up to 256 text tokens, chosen on needle and passkey of seeds "
-                         "1, 5, 6 (docs/ANALYSIS.md section 16)",
+                         "1, 5, 6 (research/ANALYSIS.md section 16)",
                          short_budget=(256, 1)),
     "gemma3_text": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),
     "gemma3": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.integrations.sources import content_error
 
 T = TypeVar("T")
@@ -153,7 +155,11 @@ class EncoderConfig:
         dtype: ``bfloat16``, ``float16`` or ``float32`` (``auto`` is resolved by
             :meth:`create`).
         extra: Further :class:`~htp_retrieval.HTPEncoder` keyword arguments, as sorted
-            ``(name, value)`` pairs.
+            ``(name, value)`` pairs (only speed-only ones when ``htp_config`` is set).
+        htp_config: A resolved :class:`~htp_retrieval.config.HTPConfig` as
+            :meth:`~htp_retrieval.config.HTPConfig.to_json`, used as is (``method``,
+            ``max_length`` and ``overflow`` then mirror it); ``None``: the encoder resolves
+            its config from the fields above.
     """
 
     model: str
@@ -163,6 +169,7 @@ class EncoderConfig:
     dtype: str = "bfloat16"
     overflow: str = "window"
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    htp_config: str | None = None
 
     @classmethod
     def create(
@@ -174,15 +181,166 @@ class EncoderConfig:
         dtype: str = "auto",
         extra: dict[str, Any] | None = None,
         overflow: str = "window",
+        htp_config: HTPConfig | str | None = None,
     ) -> EncoderConfig:
         """Build a config from plain arguments (``extra`` is a dict of encoder kwargs;
         ``dtype="auto"`` is resolved for ``device`` by :func:`htp_retrieval.dtypes.resolve_dtype`,
-        so equal encoders share one cache entry)."""
+        so equal encoders share one cache entry).
+
+        With ``htp_config`` (an :class:`~htp_retrieval.config.HTPConfig` or its JSON),
+        ``method``, ``max_length`` and ``overflow`` are taken from it.
+
+        Raises:
+            ValueError: with ``htp_config``, if ``method``, ``max_length`` or ``overflow``
+                disagree with it, or ``extra`` holds a setting (it belongs in the config).
+        """
         from htp_retrieval.dtypes import resolve_dtype
 
         concrete = resolve_dtype(canonical_dtype(dtype), device)
-        return cls(model, method, max_length, device, concrete, overflow,
-                   tuple(sorted((extra or {}).items())))
+        extra = dict(extra or {})
+        if htp_config is None:
+            return cls(model, method, max_length, device, concrete, overflow,
+                       tuple(sorted(extra.items())))
+        cfg = HTPConfig.from_json(htp_config) if isinstance(htp_config, str) else htp_config
+        from htp_retrieval.methods import get_method
+
+        given = {"method": get_method(method).name, "max_length": max_length,
+                 "overflow": overflow}
+        bad = [f"{k}={v!r} (config: {getattr(cfg, k)!r})" for k, v in given.items()
+               if v is not None and v != getattr(cfg, k)]
+        settings = sorted(set(extra) & set(SETTING_KEYS))
+        if bad or settings:
+            raise ValueError(f"encoder settings {', '.join(bad + settings)} disagree with the "
+                             "given htp_config: pass them inside the config "
+                             "(HTPConfig.replace) instead")
+        return cls(model, cfg.method, cfg.max_length, device, concrete, cfg.overflow,
+                   tuple(sorted(extra.items())), cfg.to_json())
+
+    def resolved(self, cfg: HTPConfig) -> EncoderConfig:
+        """This key with ``cfg`` as its config (setting keys dropped from ``extra``): the
+        key of an encoder built from ``cfg`` with this key's model, device, dtype and
+        speed-only keywords."""
+        runtime = tuple((k, v) for k, v in self.extra if k not in SETTING_KEYS)
+        return EncoderConfig(self.model, cfg.method, cfg.max_length, self.device, self.dtype,
+                             cfg.overflow, runtime, cfg.to_json())
+
+
+def split_settings(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(settings, others)``: the :data:`~htp_retrieval.config.SETTING_KEYS` of encoder
+    keyword arguments (``preset`` included), and the rest (speed-only and loading keys)."""
+    settings = {k: v for k, v in kwargs.items() if k in SETTING_KEYS}
+    return settings, {k: v for k, v in kwargs.items() if k not in SETTING_KEYS}
+
+
+_RESOLVED: dict[tuple[Any, ...], HTPConfig | None] = {}
+
+
+def resolve_config_cheaply(
+    model: str, method: str = "htp", max_length: int | None = None,
+    overflow: str = "window", extra: dict[str, Any] | None = None,
+) -> HTPConfig | None:
+    """The :class:`~htp_retrieval.config.HTPConfig` an encoder built from these settings
+    resolves, read from the model's ``config.json`` only (no weights loaded).
+
+    :meth:`HTPConfig.for_model <htp_retrieval.config.HTPConfig.for_model>` with the setting
+    keys of ``extra`` (``preset`` included). A sentence-transformers folder is not resolved
+    here: its ``max_seq_length`` and special tokens set ``max_length`` and the readout
+    layer, which only the loaded encoder knows. Results are cached per argument set.
+
+    Returns:
+        The config, or ``None`` where it cannot be resolved cheaply (a sentence-transformers
+        folder; a model whose ``config.json`` is not readable here, e.g. an uncached hub id;
+        settings :meth:`~htp_retrieval.config.HTPConfig.for_model` refuses): the loaded
+        encoder then resolves it, and raises what is wrong.
+    """
+    from htp_retrieval.st_format import is_st_folder
+
+    settings, _ = split_settings(dict(extra or {}))
+    try:
+        key = (model, method, max_length, overflow, json.dumps(settings, sort_keys=True))
+    except TypeError:  # a non-JSON setting (a Segmenter object): the encoder resolves it
+        return None
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    cfg: HTPConfig | None = None
+    if not is_st_folder(model):
+        preset = settings.pop("preset", None)
+        try:
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                cfg = HTPConfig.for_model(model, method, preset=preset, max_length=max_length,
+                                          overflow=overflow, **settings)
+            finally:
+                hf_logging.set_verbosity(verbosity)
+        except Exception:  # noqa: BLE001 - the loaded encoder resolves it (and says why)
+            cfg = None
+    _RESOLVED[key] = cfg
+    return cfg
+
+
+def as_htp_config(value: Any) -> HTPConfig | None:
+    """An :class:`~htp_retrieval.config.HTPConfig` from itself, its dict
+    (:meth:`~htp_retrieval.config.HTPConfig.to_dict`, nested or flat) or its JSON string.
+
+    Raises:
+        ValueError: for anything else, or a dict/JSON that is not a valid config (the
+            message names the key or value).
+    """
+    if value is None or isinstance(value, HTPConfig):
+        return value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config string is not JSON ({e}): pass an HTPConfig, its "
+                             "to_dict() or its to_json()") from None
+    if isinstance(value, Mapping):
+        return HTPConfig.from_dict(value)
+    raise ValueError(f"config must be an HTPConfig, its to_dict() or its to_json(), got "
+                     f"{type(value).__name__}")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> HTPConfig:
+    """Read a saved :class:`~htp_retrieval.config.HTPConfig` from a JSON file.
+
+    Args:
+        path: A JSON file holding a config (:meth:`~htp_retrieval.config.HTPConfig.to_json`,
+            nested or flat keys), or a results JSON holding one under ``"htp_config"`` (at
+            the top level or inside its ``"config"`` record).
+
+    Returns:
+        The config, used as is.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: if it is not JSON or holds no valid config (the message names the file).
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {p} (give a JSON file written from "
+                                "encoder.config.to_json(), or a results JSON)")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"config file {p} is not JSON ({e}): give a file written from "
+                         "encoder.config.to_json(), or a results JSON") from None
+    data: Any = raw
+    if isinstance(raw, dict) and "htp_config" in raw:
+        data = raw["htp_config"]
+    elif isinstance(raw, dict) and isinstance(raw.get("config"), dict) and (
+            "htp_config" in raw["config"]):
+        data = raw["config"]["htp_config"]
+    if not isinstance(data, dict) or "method" not in data:
+        raise ValueError(f"config file {p} holds no HTPConfig: expected a JSON object with "
+                         "method, max_length, layers, ... (encoder.config.to_json()) or a "
+                         "results JSON with an 'htp_config' key")
+    try:
+        return HTPConfig.from_dict(data)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"config file {p} holds an invalid HTPConfig: {e}") from None
 
 
 def check_texts(texts: Any) -> None:
@@ -223,15 +381,20 @@ class SharedEncoder:
                 f"HTP embeddings need torch and transformers ({e}): pip install htp-retrieval"
             ) from e
         self.config = config
-        self.encoder = HTPEncoder(
-            config.model,
-            config.method,
-            max_length=config.max_length,
-            overflow=config.overflow,  # type: ignore[arg-type]
-            device=config.device,
-            dtype=config.dtype,
-            **dict(config.extra),
-        )
+        if config.htp_config is not None:  # a resolved config, used as is
+            self.encoder = HTPEncoder(config.model, HTPConfig.from_json(config.htp_config),
+                                      device=config.device, dtype=config.dtype,
+                                      **dict(config.extra))
+        else:
+            self.encoder = HTPEncoder(
+                config.model,
+                config.method,
+                max_length=config.max_length,
+                overflow=config.overflow,  # type: ignore[arg-type]
+                device=config.device,
+                dtype=config.dtype,
+                **dict(config.extra),
+            )
         self.lock = threading.Lock()
         self._executor_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -396,6 +559,12 @@ _CACHE_LOCK = threading.Lock()
 def shared_encoder(config: EncoderConfig) -> SharedEncoder:
     """The process-wide :class:`SharedEncoder` for ``config``, created on first call.
 
+    One encoder serves every key that resolves to the same
+    :class:`~htp_retrieval.config.HTPConfig`: a loaded encoder is also filed under its
+    resolved key (:meth:`EncoderConfig.resolved`), and a key without a config is first
+    resolved from the model's ``config.json`` (:func:`resolve_config_cheaply`) and looked up
+    by that, so plain settings and the config they resolve to share one model.
+
     Raises:
         ImportError: if the model's package is missing (the message gives the pip command).
         ValueError: for an unknown method or invalid encoder settings.
@@ -405,8 +574,17 @@ def shared_encoder(config: EncoderConfig) -> SharedEncoder:
         return enc
     with _CACHE_LOCK:
         enc = _CACHE.get(config)
+        if enc is not None:
+            return enc
+        if config.htp_config is None:
+            cheap = resolve_config_cheaply(config.model, config.method, config.max_length,
+                                           config.overflow, dict(config.extra))
+            if cheap is not None:
+                enc = _CACHE.get(config.resolved(cheap))
         if enc is None:
-            enc = _CACHE[config] = SharedEncoder(config)
+            enc = SharedEncoder(config)
+        _CACHE[config] = enc
+        _CACHE.setdefault(config.resolved(enc.encoder.config), enc)
         return enc
 
 

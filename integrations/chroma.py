@@ -1,9 +1,10 @@
 """Chroma: a registered HTP embedding function, resumable ingestion and querying.
 
 * :class:`HTPEmbeddingFunction` is registered with ``chromadb`` under the name
-  ``htp-retrieval``; its config is stored with the collection, so a persisted collection
-  reopened in a new process (after ``import htp_retrieval.integrations.chroma``) embeds new
-  documents and queries with the same model, method and instructions.
+  ``htp-retrieval``; its config is stored with the collection, the whole resolved
+  :class:`~htp_retrieval.config.HTPConfig` included, so a persisted collection reopened in a
+  new process (after ``import htp_retrieval.integrations.chroma``) embeds new documents and
+  queries with the same model, instructions and config.
 * :func:`ingest` loads a folder of ``.txt``/``.md`` files or a BEIR ``corpus.jsonl`` into a
   collection: stable ids, batched writes, progress bar, idempotent (a re-run adds nothing)
   and resumable (a killed run is completed by the next one, without duplicates). Documents
@@ -23,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -33,14 +35,18 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.dtypes import resolve_dtype
 from htp_retrieval.integrations._runtime import (
     EncoderConfig,
+    as_htp_config,
     canonical_dtype,
     check_device,
     check_model,
     check_texts,
+    resolve_config_cheaply,
     shared_encoder,
+    split_settings,
 )
 from htp_retrieval.integrations.sources import (
     TEXT_SUFFIXES,
@@ -72,9 +78,11 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 EF_NAME = "htp-retrieval"
 _IDENTITY_KEYS = ("model_name", "method", "query_instruction", "document_instruction",
                   "normalize", "max_length", "dtype", "encoder_kwargs", "overflow",
-                  "chunking", "chunk_size", "chunk_overlap")
+                  "chunking", "chunk_size", "chunk_overlap", "config")
 _LEGACY = {"max_length": 512, "overflow": "truncate", "chunking": "none"}
-"""Values of keys a collection made before they existed does not store (it was made so)."""
+"""Values of keys a collection made before they existed does not store (it was made so).
+A collection stored without ``config`` (made before configs were stored) embeds with the
+config its settings resolve to today."""
 CHUNK_WRITE = 64
 """Chunks per write: a long document's chunks are written in groups of this many."""
 _WINDOWS: dict[str, int | None] = {}
@@ -112,23 +120,30 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
     Documents (``__call__``) get ``document_instruction``; queries (``embed_query``, used by
     ``collection.query(query_texts=...)``) get ``query_instruction``. The model loads on the
     first call and is shared with :class:`~htp_retrieval.integrations.HTPEmbeddings` objects
-    that use the same settings.
+    that resolve to the same config.
+
+    The collection stores the whole resolved :class:`~htp_retrieval.config.HTPConfig`
+    (:meth:`get_config`'s ``config``, equal to the loaded encoder's ``encoder.config``), and
+    a reopened collection embeds with exactly that config, even where the library's
+    defaults have changed since.
 
     Args:
         model_name: Packaged model name, ``.gguf`` path, local directory (stored as an
             absolute path) or hub id.
         method: HTP method or alias (``htp``, ``vanilla-mean``, ...; stored by its canonical
-            name).
+            name). Default ``htp``; with ``config``, the config's.
         query_instruction: Instruction before queries (``None``: none).
         document_instruction: Instruction before documents (default none).
         normalize: L2-normalize the vectors (default ``True``).
         max_length: Text tokens per forward pass (``None``, the default: the model's context
-            window, resolved from its config and stored as that number, so a reopened
-            collection uses the same).
+            window, or a sentence-transformers folder's ``max_seq_length``, resolved and
+            stored as that number, so a reopened collection uses the same; with ``config``,
+            the config's).
         overflow: What a text longer than ``max_length`` gets: ``window`` (default; embedded
             whole in overlapping windows), ``truncate`` (cut; :meth:`embed_documents_array`
-            reports which) or ``error``. A collection stored without this setting was made
-            with ``truncate`` and ``max_length`` 512, and keeps them.
+            reports which) or ``error`` (with ``config``, the config's). A collection stored
+            without this setting was made with ``truncate`` and ``max_length`` 512, and
+            keeps them.
         chunking: How :func:`ingest` turns a document into vectors (stored with the
             collection; this function embeds whatever texts it is given): ``none`` (one
             vector per document, default), ``naive`` (each chunk embedded on its own) or
@@ -142,21 +157,29 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             dtype is what the collection stores, so every vector of a collection is made in
             one dtype wherever it is reopened.
         encoder_kwargs: Further :class:`~htp_retrieval.HTPEncoder` keyword arguments (must
-            be JSON-serializable: they are stored in the collection config).
+            be JSON-serializable: they are stored in the collection config). With ``config``
+            only the speed-only ones (``padding_side``, ...): the settings are in the config.
         device: ``auto``, ``cpu`` or ``cuda`` (not stored: a reopened collection uses
             ``auto``).
         batch_size: Maximum texts per forward pass (not stored).
+        config: A resolved :class:`~htp_retrieval.config.HTPConfig` (or its
+            :meth:`~htp_retrieval.config.HTPConfig.to_dict` / JSON), e.g. a results JSON's
+            or ``encoder.config`` of an encoder you tried, used and stored as is; ``None``:
+            resolved from ``method``, ``max_length``, ``overflow`` and ``encoder_kwargs``
+            (:meth:`resolved_config`).
 
     Raises:
         ValueError: if ``max_length`` or ``batch_size`` is not positive, the method, dtype,
-            device, overflow or chunking is unknown, or the chunk size and overlap are
-            invalid (checked here, before any model is loaded).
+            device, overflow or chunking is unknown, the chunk size and overlap are
+            invalid, ``config`` is not a valid config, or ``config`` comes with a different
+            ``method``, ``max_length`` or ``overflow`` or with settings in
+            ``encoder_kwargs`` (checked here, before any model is loaded).
     """
 
     def __init__(
         self,
         model_name: str = DEFAULT_MODEL,
-        method: str = "htp",
+        method: str | None = None,
         *,
         query_instruction: str | None = DEFAULT_QUERY_INSTRUCTION,
         document_instruction: str | None = None,
@@ -166,14 +189,33 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         encoder_kwargs: dict[str, Any] | None = None,
         device: str = "auto",
         batch_size: int = 16,
-        overflow: str = "window",
+        overflow: str | None = None,
         chunking: str = "none",
         chunk_size: int = 256,
         chunk_overlap: int = 0,
+        config: HTPConfig | Mapping[str, Any] | str | None = None,
     ) -> None:
         from htp_retrieval.chunking import CHUNKINGS, check_chunk_settings
         from htp_retrieval.long_text import OVERFLOWS
 
+        htp = as_htp_config(config)
+        encoder_kwargs = dict(encoder_kwargs or {})
+        if htp is not None:
+            given = {"method": None if method is None else get_method(method).name,
+                     "max_length": max_length, "overflow": overflow}
+            for name, value in given.items():
+                if value is not None and value != getattr(htp, name):
+                    raise ValueError(f"{name}={value!r} conflicts with config {name} "
+                                     f"{getattr(htp, name)!r}: leave {name} out (it follows "
+                                     f"the config) or pass config.replace({name}=...)")
+            settings, _ = split_settings(encoder_kwargs)
+            if settings:
+                raise ValueError(f"encoder_kwargs settings {sorted(settings)} conflict with "
+                                 "config (it holds every setting): pass config.replace("
+                                 f"{', '.join(f'{k}=...' for k in sorted(settings))}) instead")
+            method, max_length, overflow = htp.method, htp.max_length, htp.overflow
+        method = "htp" if method is None else method
+        overflow = "window" if overflow is None else overflow
         if (max_length is not None and max_length < 1) or batch_size < 1:
             raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and "
                              f"{batch_size}")
@@ -202,20 +244,60 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         self.chunk_overlap = chunk_overlap
         self.device = check_device(device)
         self.dtype = resolve_dtype(canonical_dtype(dtype), self.device)
-        self.encoder_kwargs = dict(encoder_kwargs or {})
+        self.encoder_kwargs = encoder_kwargs
         self.batch_size = batch_size
+        self.config: HTPConfig | None = htp
+        """The explicit config (``None``: resolved from the settings, :meth:`resolved_config`)."""
+        self._resolved: tuple[tuple[Any, ...], HTPConfig] | None = None
+        self._stores_config = True  # False: rebuilt from a collection stored without one
 
-    def resolved_max_length(self) -> int | None:
-        """``max_length``, with ``None`` resolved to the model's window (:func:`model_window`)
-        once the model's config can be read; the resolved number is kept."""
-        if self.max_length is None:
-            self.max_length = model_window(self.model_name)
-        return self.max_length
+    def _settings_key(self) -> tuple[Any, ...]:
+        return (self.model_name, self.method, self.max_length, self.overflow,
+                json.dumps(self.encoder_kwargs, sort_keys=True, default=repr))
 
-    def _config(self) -> EncoderConfig:
-        return EncoderConfig.create(self.model_name, self.method, self.resolved_max_length(),
+    def _plain_config(self) -> EncoderConfig:
+        """The encoder key of the settings without a config (the encoder resolves it)."""
+        return EncoderConfig.create(self.model_name, self.method, self.max_length,
                                     self.device, self.dtype, self.encoder_kwargs,
                                     overflow=self.overflow)
+
+    def resolved_config(self) -> HTPConfig:
+        """The :class:`~htp_retrieval.config.HTPConfig` this function embeds with.
+
+        ``config`` when given. Otherwise the settings (``method``, ``max_length``,
+        ``overflow``, the setting keys of ``encoder_kwargs``) resolved as
+        :class:`~htp_retrieval.HTPEncoder` resolves them: from the model's ``config.json``
+        alone where that gives the encoder's config
+        (:func:`~htp_retrieval.integrations._runtime.resolve_config_cheaply`), else (a
+        sentence-transformers folder, an uncached hub id) by loading the shared encoder and
+        reading its ``encoder.config``. The result is kept, and ``max_length`` is set to
+        its number.
+
+        Raises:
+            ValueError, ImportError, OSError: what loading the encoder raises, where it had
+                to be loaded (invalid settings, a model that cannot be loaded).
+        """
+        if self.config is not None:
+            return self.config
+        if self._resolved is None or self._resolved[0] != self._settings_key():
+            cfg = resolve_config_cheaply(self.model_name, self.method, self.max_length,
+                                         self.overflow, self.encoder_kwargs)
+            if cfg is None:
+                cfg = shared_encoder(self._plain_config()).encoder.config
+            self.max_length = cfg.max_length
+            self._resolved = (self._settings_key(), cfg)
+        return self._resolved[1]
+
+    def resolved_max_length(self) -> int:
+        """``max_length``, with ``None`` resolved (:meth:`resolved_config`); the resolved
+        number is kept."""
+        return self.resolved_config().max_length
+
+    def _config(self) -> EncoderConfig:
+        cfg = self.resolved_config()
+        _, runtime = split_settings(self.encoder_kwargs)
+        return EncoderConfig.create(self.model_name, cfg.method, cfg.max_length, self.device,
+                                    self.dtype, runtime, overflow=cfg.overflow, htp_config=cfg)
 
     def _shared(self) -> Any:
         return shared_encoder(self._config())
@@ -228,9 +310,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             ValueError: for a model that cannot be found or invalid encoder settings.
         """
         check_model(self.model_name)
-        enc = self._shared()
-        if self.max_length is None:
-            self.max_length = enc.encoder.max_length
+        self._shared()
 
     def _encode(self, texts: Sequence[str], instruction: str | None,
                 progress: bool | Callable[[int], object] = False,
@@ -337,15 +417,14 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         """All of Chroma's spaces (vectors are normalized by default)."""
         return ["cosine", "l2", "ip"]
 
-    def get_config(self) -> dict[str, Any]:
-        """JSON config stored with the collection (device and batch size excluded)."""
-        return {
+    def _stored(self, *, with_config: bool = True) -> dict[str, Any]:
+        out = {
             "model_name": self.model_name,
             "method": self.method,
             "query_instruction": self.query_instruction,
             "document_instruction": self.document_instruction,
             "normalize": self.normalize,
-            "max_length": self.resolved_max_length(),
+            "max_length": self.resolved_max_length() if with_config else self.max_length,
             "dtype": self.dtype,
             "encoder_kwargs": self.encoder_kwargs,
             "overflow": self.overflow,
@@ -353,52 +432,140 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             "chunk_size": self.chunk_size,
             "chunk_overlap": self.chunk_overlap,
         }
+        if with_config and self._stores_config:
+            out["config"] = self.resolved_config().to_dict()
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        """JSON config stored with the collection (device and batch size excluded).
+
+        ``config`` is the whole resolved :class:`~htp_retrieval.config.HTPConfig`
+        (:meth:`resolved_config`; ``to_dict()``), equal to the shared encoder's
+        ``encoder.config``; a function rebuilt from a collection stored without one
+        returns what is stored (no ``config`` key).
+        """
+        return self._stored()
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> HTPEmbeddingFunction:
         """Rebuild from :meth:`get_config` output (``HTP_RETRIEVAL_DEVICE`` picks the device).
 
-        A key missing from an older config takes the value that config was made with
-        (``max_length`` 512, ``overflow`` ``truncate``, ``chunking`` ``none``).
+        See :meth:`from_stored`.
         """
-        HTPEmbeddingFunction.validate_config(config)
-        return HTPEmbeddingFunction(
-            **{**_LEGACY, **{k: config[k] for k in _IDENTITY_KEYS if k in config}},
-            device=os.environ.get("HTP_RETRIEVAL_DEVICE", "auto"),
-        )
+        return HTPEmbeddingFunction.from_stored(
+            config, device=os.environ.get("HTP_RETRIEVAL_DEVICE", "auto"))
+
+    @classmethod
+    def from_stored(cls, config: Mapping[str, Any], *, device: str = "auto",
+                    batch_size: int = 16) -> HTPEmbeddingFunction:
+        """Rebuild from a stored :meth:`get_config`, on ``device``.
+
+        With a stored ``config`` the function embeds with exactly that
+        :class:`~htp_retrieval.config.HTPConfig` (whatever today's defaults are), and
+        :meth:`get_config` returns what was stored. A key missing from an older config takes
+        the value that config was made with (``max_length`` 512, ``overflow`` ``truncate``,
+        ``chunking`` ``none``); without ``config`` its settings resolve with today's defaults.
+
+        Raises:
+            ValueError: as :meth:`validate_config`, or for stored settings that disagree with
+                the stored config.
+        """
+        cls.validate_config(dict(config))
+        values = {k: config[k] for k in _IDENTITY_KEYS if k in config}
+        htp = values.pop("config", None)
+        if htp is None:
+            ef = cls(**{**_LEGACY, **values}, device=device, batch_size=batch_size)
+            ef._stores_config = False
+            return ef
+        kwargs = dict(values.pop("encoder_kwargs", None) or {})
+        _, runtime = split_settings(kwargs)
+        ef = cls(**values, encoder_kwargs=runtime, config=htp, device=device,
+                 batch_size=batch_size)
+        ef.encoder_kwargs = kwargs  # as stored: its settings are in the config already
+        return ef
 
     @staticmethod
     def validate_config(config: dict[str, Any]) -> None:
-        """Reject configs with unknown keys or without a model.
+        """Reject configs with unknown keys, without a model, or with an invalid ``config``.
 
         Raises:
-            ValueError: on an unknown key or a missing ``model_name``.
+            ValueError: on an unknown key, a missing ``model_name`` or a ``config`` that is
+                not a valid :class:`~htp_retrieval.config.HTPConfig` dict.
         """
         unknown = set(config) - set(_IDENTITY_KEYS)
         if unknown:
             raise ValueError(f"unknown {EF_NAME} config keys: {sorted(unknown)}")
         if not config.get("model_name"):
             raise ValueError(f"{EF_NAME} config needs model_name")
+        if config.get("config") is not None:
+            try:
+                as_htp_config(config["config"])
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{EF_NAME} config holds an invalid 'config' ({e}): drop "
+                                 "that key to resolve the settings again") from None
 
     def validate_config_update(self, old_config: dict[str, Any], new_config: dict[str, Any]
                                ) -> None:
         """Refuse changes that would mix incompatible vectors in one collection.
 
+        Each requested key is compared with the stored one. A requested ``config`` is
+        compared with the stored config (a collection stored without one: the config its
+        settings resolve to), field by field; the settings in ``encoder_kwargs`` are then
+        covered by the config, and only its speed-only keys are compared.
+
         Raises:
-            ValueError: if any setting that changes the vectors differs.
+            SettingsConflictError: naming each setting that differs, with the stored and the
+                requested value.
         """
-        changed = [k for k in _IDENTITY_KEYS
-                   if k in new_config and new_config[k] != old_config.get(k)]
-        if changed:
-            pairs = "; ".join(f"{k} stored {old_config.get(k)!r}, requested {new_config[k]!r}"
-                              for k in changed)
+        asked = as_htp_config(new_config.get("config"))
+        with_config = asked is not None
+        plain = [k for k in _IDENTITY_KEYS if k in new_config and k != "config"
+                 and not (with_config and k == "encoder_kwargs")]
+        changed = [k for k in plain if new_config[k] != old_config.get(k)]
+        pairs = [f"{k} stored {old_config.get(k)!r}, requested {new_config[k]!r}"
+                 for k in changed]
+        if asked is not None:
+            if "encoder_kwargs" in new_config:
+                old_rt = split_settings(dict(old_config.get("encoder_kwargs") or {}))[1]
+                new_rt = split_settings(dict(new_config["encoder_kwargs"] or {}))[1]
+                if old_rt != new_rt:
+                    pairs.append(f"encoder_kwargs stored {old_rt!r}, requested {new_rt!r}")
+            pairs += config_diff(stored_htp_config(old_config), asked, skip=changed)
+        if pairs:
             raise SettingsConflictError(
-                f"cannot change settings of an existing collection ({pairs}): leave them out "
-                "to reuse the stored settings, or ingest into a new collection (or drop this "
-                "one)")
+                f"cannot change settings of an existing collection ({'; '.join(pairs)}): leave "
+                "them out to reuse the stored settings, or ingest into a new collection (or "
+                "drop this one)")
 
     def __repr__(self) -> str:
-        return f"HTPEmbeddingFunction({self.get_config()!r})"
+        shown = self._stored(with_config=False)
+        if self.config is not None or self._resolved is not None:
+            shown["config"] = self.resolved_config().to_dict()
+        return f"HTPEmbeddingFunction({shown!r})"
+
+
+def stored_htp_config(stored: Mapping[str, Any]) -> HTPConfig:
+    """The :class:`~htp_retrieval.config.HTPConfig` a collection embeds with, from its
+    stored :meth:`HTPEmbeddingFunction.get_config`: its ``config``, or for a collection
+    stored without one, the config its settings resolve to today
+    (:meth:`HTPEmbeddingFunction.resolved_config`; may load the model).
+
+    Raises:
+        ValueError: as :meth:`HTPEmbeddingFunction.validate_config`.
+    """
+    htp = as_htp_config(stored.get("config"))
+    if htp is not None:
+        return htp
+    return HTPEmbeddingFunction.from_stored(stored).resolved_config()
+
+
+def config_diff(stored: HTPConfig, requested: HTPConfig, *, skip: Sequence[str] = ()
+                ) -> list[str]:
+    """``config.NAME stored X, requested Y`` for each setting (flat name,
+    :data:`~htp_retrieval.config.SETTING_KEYS`) that differs, names in ``skip`` left out."""
+    a, b = stored.flat(), requested.flat()
+    return [f"config.{k} stored {a[k]!r}, requested {b[k]!r}" for k in SETTING_KEYS
+            if a[k] != b[k] and k not in skip]
 
 
 # --------------------------------------------------------------------------- errors
@@ -604,7 +771,8 @@ def resolve_settings(
     if collection not in _names(client):
         return asked
     stored = collection_embedding_function(client.get_collection(collection))
-    old, new = stored.get_config(), asked.get_config()
+    old = stored.get_config()
+    new = asked._stored(with_config="config" in requested)  # resolves only when asked
     stored.validate_config_update(old, {k: new[k] for k in requested})
     stored.device, stored.batch_size = check_device(device), batch_size
     return stored
@@ -1149,5 +1317,5 @@ __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc
            "collection_embedding_function", "EF_NAME", "TEXT_SUFFIXES", "file_doc",
            "read_beir_lines", "write_batch", "write_chunked", "chunk_id", "model_window",
            "finish_report", "stale_ids", "CHUNK_WRITE", "GROUP_FACTOR",
-           "SettingsConflictError",
+           "SettingsConflictError", "stored_htp_config", "config_diff",
            "CollectionNotFoundError", "DatabaseNotFoundError"]

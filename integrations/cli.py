@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,7 @@ _FLAGS = {"model_name": "--model", "method": "--method", "query_instruction":
           "--query-instruction", "document_instruction": "--document-instruction",
           "max_length": "--max-length", "dtype": "--dtype", "overflow": "--overflow",
           "chunking": "--chunking", "chunk_size": "--chunk-size",
-          "chunk_overlap": "--chunk-overlap"}
+          "chunk_overlap": "--chunk-overlap", "config": "--config"}
 _SHOWN = 20  # skipped files printed per reason before a count
 
 
@@ -92,7 +93,13 @@ def _add_db_args(p: argparse.ArgumentParser, *, collection: bool = True) -> None
 
 
 def _requested(args: argparse.Namespace) -> dict[str, Any]:
-    """The collection settings given on the command line (the others are reused)."""
+    """The collection settings given on the command line (the others are reused).
+
+    Raises:
+        FileNotFoundError, ValueError: for a ``--config`` file that is missing or holds no
+            valid config, or ``--method``/``--max-length``/``--overflow`` values that differ
+            from it (each message names the file).
+    """
     got = {k: v for k, v in {"model_name": args.model, "method": args.method,
                              "max_length": args.max_length, "dtype": args.dtype,
                              "overflow": args.overflow, "chunking": args.chunking,
@@ -103,7 +110,42 @@ def _requested(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:  # '' asks for no instruction: stored as None
             got[key] = value or None
+    if args.config is not None:
+        cfg = _config_file(args.config)
+        from htp_retrieval.methods import get_method
+
+        for key in ("method", "max_length", "overflow"):
+            value = got.get(key)
+            if key == "method" and value is not None:
+                value = get_method(value).name
+            if value is not None and value != getattr(cfg, key):
+                raise ValueError(f"{_FLAGS[key]} {got[key]} conflicts with --config "
+                                 f"{args.config} ({key} {getattr(cfg, key)!r}): leave "
+                                 f"{_FLAGS[key]} out (it follows the config)")
+        got["config"] = cfg
     return got
+
+
+def _config_file(path: str) -> Any:
+    """The :class:`~htp_retrieval.config.HTPConfig` of a ``--config`` file.
+
+    Raises:
+        FileNotFoundError, ValueError: naming the file
+            (:func:`~htp_retrieval.integrations._runtime.read_config_file`).
+    """
+    from htp_retrieval.integrations._runtime import read_config_file
+
+    try:
+        return read_config_file(path)
+    except (OSError, ValueError) as e:
+        raise type(e)(f"--config: {e}") from None
+
+
+def _flag_names(msg: str) -> str:
+    """A settings-conflict message with setting names replaced by their flags."""
+    for key, flag in _FLAGS.items():
+        msg = re.sub(rf"(?<![\w.]){key} stored", f"{flag} stored", msg)
+    return msg.replace("leave them out", "leave those flags out")
 
 
 def _print_skipped(report: Any) -> None:
@@ -134,7 +176,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     Settings not given on the command line are those stored with an existing collection
     (or the defaults for a new one: ``--chunking naive``); a setting that differs from the
-    stored one is refused.
+    stored one is refused. ``--config FILE`` gives a saved
+    :class:`~htp_retrieval.config.HTPConfig` for a new collection (an existing one must
+    have been made with it).
     With ``--ray`` the documents are read, embedded and written by a Ray Data job
     (:func:`htp_retrieval.integrations.ray_ingest.ingest_ray`) into a Chroma server.
     """
@@ -191,11 +235,7 @@ def _ingest(args: argparse.Namespace) -> int:
         ef = resolve_settings(client, args.collection, requested, device=device,
                               batch_size=embed_batch)
     except SettingsConflictError as e:
-        msg = str(e)
-        for key, flag in _FLAGS.items():
-            msg = msg.replace(f"{key} stored", f"{flag} stored")
-        raise SettingsConflictError(msg.replace("leave them out", "leave those flags out")
-                                    ) from e
+        raise SettingsConflictError(_flag_names(str(e))) from e
     if args.ray:
         from htp_retrieval.integrations.ray_ingest import ingest_ray
 
@@ -231,7 +271,8 @@ def _ingest(args: argparse.Namespace) -> int:
 @friendly_errors
 def cmd_query(args: argparse.Namespace) -> int:
     """Run ``htp-retrieval query``: print the hits (text or JSON lines); 2 on an expected
-    error (a missing database directory is never created)."""
+    error (a missing database directory is never created). The query is embedded with the
+    collection's stored config; ``--config FILE`` checks that it is that file's."""
     from htp_retrieval.integrations.chroma import query
 
     if args.quiet:
@@ -239,6 +280,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.n_results < 1 or args.snippet < 0:
         raise ValueError(f"-k/--n-results must be >= 1 and --snippet >= 0, got "
                          f"{args.n_results} and {args.snippet}")
+    if args.config is not None:
+        _check_collection_config(args)
     hits = query(args.text, db=args.db, collection=args.collection, n_results=args.n_results,
                  group_by_document=args.group_by_document)
     for rank, h in enumerate(hits, 1):
@@ -257,6 +300,31 @@ def cmd_query(args: argparse.Namespace) -> int:
             snippet = " ".join((h.document or "").split())[: args.snippet]
             print(f"{rank}. {h.id}  score {h.score:.4f}{where}\n   {snippet}")
     return 0
+
+
+def _check_collection_config(args: argparse.Namespace) -> None:
+    """Refuse ``query --config FILE`` on a collection stored with another config.
+
+    Raises:
+        SettingsConflictError: naming the file and each setting that differs.
+    """
+    from htp_retrieval.integrations.chroma import (
+        SettingsConflictError,
+        collection_embedding_function,
+        config_diff,
+        get_collection,
+        make_client,
+        stored_htp_config,
+    )
+
+    cfg = _config_file(args.config)
+    col = get_collection(make_client(args.db, create=False), args.collection)
+    diff = config_diff(stored_htp_config(collection_embedding_function(col).get_config()),
+                       cfg)
+    if diff:
+        raise SettingsConflictError(f"collection {args.collection!r} was not made with "
+                                    f"--config {args.config} ({'; '.join(diff)}): leave "
+                                    "--config out to query with the stored config")
 
 
 @friendly_errors
@@ -367,6 +435,11 @@ def add_subcommands(subparsers: Any) -> None:
                    help="auto, bfloat16, float16 or float32 (new: auto, resolved on this "
                         "machine and stored: bf16 on a GPU or a CPU with native bf16, "
                         "float32 otherwise)")
+    g.add_argument("--config", default=None, metavar="FILE.json",
+                   help="a saved HTPConfig (a JSON file of encoder.config.to_json(), or a "
+                        "results JSON with an 'htp_config' key) for a new collection; "
+                        "--method, --max-length and --overflow follow it (new: resolved from "
+                        "the flags and the model; the whole config is stored either way)")
     p.add_argument("--include", action="append", default=[], metavar="PATTERN",
                    help="also read files matching this glob (repeatable), e.g. '*.rst'")
     p.add_argument("--prune", action="store_true",
@@ -403,6 +476,9 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--snippet", type=int, default=200, help="characters of text shown")
     p.add_argument("--group-by-document", action="store_true",
                    help="the best chunk of each of the top -k documents (chunked collections)")
+    p.add_argument("--config", default=None, metavar="FILE.json",
+                   help="check that the collection was made with this saved HTPConfig "
+                        "(queries always use the stored config)")
     p.add_argument("--quiet", action="store_true", help="no model-loading progress bar")
     p.set_defaults(func=cmd_query)
 

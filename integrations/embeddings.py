@@ -10,13 +10,15 @@ shared by every copy of the object in the process.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.integrations._runtime import (
     EncoderConfig,
     SharedEncoder,
+    as_htp_config,
     canonical_dtype,
     check_device,
     check_texts,
@@ -37,9 +39,11 @@ try:
     from llama_index.core.bridge.pydantic import (
         ConfigDict,
         Field,
+        field_serializer,
         field_validator,
         model_validator,
     )
+    from pydantic import SkipValidation, WithJsonSchema  # llama-index-core requires pydantic 2
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"HTPEmbeddings needs llama-index-core ({_e}); install the extras: {_PIP}"
@@ -96,6 +100,15 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     (late chunking), see :meth:`embed_late_chunks` and
     :mod:`htp_retrieval.integrations.late_chunking`.
 
+    One config: ``config`` takes a resolved :class:`~htp_retrieval.config.HTPConfig` (e.g.
+    ``HTPConfig.from_json(...)`` of a results JSON's config, or ``encoder.config`` of an
+    encoder you tried), used as is; ``method``, ``max_length`` and ``overflow`` then follow
+    it, and :attr:`htp_config` is the config the shared encoder embeds with::
+
+        cfg = HTPConfig.for_model("smollm2-135m-instruct", "htp", k=2)
+        emb = HTPEmbeddings(config=cfg)            # or config=cfg.to_dict() / cfg.to_json()
+        assert emb.htp_config == cfg
+
     Arguments carried over from ``HuggingFaceEmbeddings`` / ``HuggingFaceEmbedding`` keep
     their meaning: ``text_instruction`` for ``document_instruction``, ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
     :class:`~htp_retrieval.HTPEncoder` keywords), ``encode_kwargs`` for encoding
@@ -106,7 +119,9 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         ValueError: at construction (pydantic ``ValidationError``) for an unknown argument
             or ``model_kwargs``/``encode_kwargs`` key, an unknown method, dtype or device, an
             unknown encoder keyword, an ``overflow`` other than window/truncate/error, or a
-            non-positive ``max_length`` or ``embed_batch_size``; when embedding, for a text
+            non-positive ``max_length`` or ``embed_batch_size``, a ``config`` that is not one,
+            or a ``config`` together with a different ``method``/``max_length``/``overflow``
+            or with settings in ``encoder_kwargs``; when embedding, for a text
             without content (its index is named), a text over ``max_length`` with
             ``overflow="error"``, or invalid encoder settings.
         TypeError: when embedding, if a single string is passed where a list is expected.
@@ -165,6 +180,22 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         default_factory=dict, description="Further HTPEncoder keyword arguments."
     )
     """Further :class:`~htp_retrieval.HTPEncoder` keyword arguments (``k``, ``segmenter``, ...)."""
+    config: Annotated[
+        HTPConfig | None, SkipValidation, WithJsonSchema({"type": ["object", "null"]})
+    ] = Field(
+        default=None,
+        description="A resolved HTPConfig (or its dict / JSON), used as is; method, "
+        "max_length and overflow follow it.",
+    )
+    """A resolved :class:`~htp_retrieval.config.HTPConfig`, used as is (``None``: resolved
+    from ``method``, ``max_length``, ``overflow`` and ``encoder_kwargs`` by the encoder).
+    E.g. read from a results JSON or ``encoder.config.to_json()``; a dict
+    (:meth:`~htp_retrieval.config.HTPConfig.to_dict`) or its JSON string is accepted and
+    serialized back as the dict. ``method``, ``max_length`` and ``overflow`` follow it;
+    giving a different value for one of them, or any setting in ``encoder_kwargs``
+    (``k``, ``tp_start``, ``preset``, ...; :data:`~htp_retrieval.config.SETTING_KEYS`),
+    together with it raises ``ValueError``: change the config instead
+    (:meth:`~htp_retrieval.config.HTPConfig.replace`)."""
     show_progress: bool = Field(
         default=False, description="tqdm bar in embed_documents / aembed_documents."
     )
@@ -179,6 +210,12 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     def _carried_over(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if "class_name" in data:  # LlamaIndex's model_dump() adds it: a round trip
+            data = dict(data)
+            name = data.pop("class_name")
+            if name != cls.class_name():
+                raise ValueError(f"class_name {name!r} is not {cls.class_name()!r}: these "
+                                 "arguments describe another embedding class")
         return carry_over_kwargs(data, set(cls.model_fields))
 
     @field_validator("method")
@@ -205,6 +242,40 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         check_encoder_kwargs(v)
         return v
 
+    @field_validator("config", mode="before")
+    @classmethod
+    def _check_config(cls, v: Any) -> HTPConfig | None:
+        return as_htp_config(v)
+
+    @field_serializer("config")
+    def _dump_config(self, v: HTPConfig | None) -> dict[str, Any] | None:
+        return None if v is None else v.to_dict()
+
+    @model_validator(mode="after")
+    def _follow_config(self) -> HTPEmbeddings:
+        cfg = self.config
+        if cfg is None:
+            return self
+        explicit = self.model_fields_set
+        for name in ("method", "max_length", "overflow"):
+            value = getattr(self, name)
+            if name == "method":
+                from htp_retrieval.methods import get_method
+
+                value = get_method(value).name
+            if name in explicit and value != getattr(cfg, name):
+                raise ValueError(f"{name}={getattr(self, name)!r} conflicts with config "
+                                 f"{name} {getattr(cfg, name)!r}: leave {name} out (it "
+                                 f"follows the config) or pass config.replace({name}=...)")
+            # set without validation: these follow the config, and stay unset by the user
+            self.__dict__[name] = getattr(cfg, name)
+        settings = sorted(set(self.encoder_kwargs) & set(SETTING_KEYS))
+        if settings:
+            raise ValueError(f"encoder_kwargs settings {settings} conflict with config (it "
+                             f"holds every setting): pass config.replace("
+                             f"{', '.join(f'{k}=...' for k in settings)}) instead")
+        return self
+
     @classmethod
     def class_name(cls) -> str:
         """LlamaIndex serialization name."""
@@ -216,8 +287,16 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         """The settings that identify the shared encoder."""
         return EncoderConfig.create(
             self.model_name, self.method, self.max_length, self.device, self.dtype,
-            self.encoder_kwargs, overflow=self.overflow,
+            self.encoder_kwargs, overflow=self.overflow, htp_config=self.config,
         )
+
+    @property
+    def htp_config(self) -> HTPConfig:
+        """The resolved :class:`~htp_retrieval.config.HTPConfig` the shared encoder embeds
+        with (``config`` itself when given; loads the model on first access). Save it
+        (``.to_json()``) to embed with exactly these settings later:
+        ``HTPEmbeddings(config=...)``, ``htp-retrieval ingest --config FILE``."""
+        return self._shared().encoder.config
 
     def _shared(self) -> SharedEncoder:
         return shared_encoder(self.encoder_config)
@@ -441,12 +520,12 @@ def check_encoder_kwargs(kwargs: dict[str, Any]) -> None:
     Raises:
         ValueError: naming the unknown keys and the accepted ones.
     """
-    import inspect
+    from htp_retrieval.config import SETTING_KEYS
+    from htp_retrieval.encoder import RUNTIME_KEYS
 
-    from htp_retrieval.encoder import HTPEncoder
-
-    own = {"self", "model", "method", "max_length", "overflow", "device", "dtype"}
-    accepted = [p for p in inspect.signature(HTPEncoder.__init__).parameters if p not in own]
+    own = {"model", "method", "max_length", "overflow", "device", "dtype"}
+    named = ("device_map", "batch_size", "max_tokens_per_batch", "preset")
+    accepted = [p for p in (*SETTING_KEYS, *RUNTIME_KEYS, *named) if p not in own]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
         raise ValueError(f"unknown encoder keyword(s) {unknown}: HTPEncoder accepts "

@@ -148,7 +148,8 @@ class EmbedWriter:
     """Ray actor: embeds batches with one shared encoder and writes them to Chroma.
 
     Args:
-        ef_config: :meth:`HTPEmbeddingFunction.get_config` of the collection.
+        ef_config: :meth:`HTPEmbeddingFunction.get_config` of the collection (its stored
+            ``config`` is embedded with as is, :meth:`HTPEmbeddingFunction.from_stored`).
         db: ``http://host:port`` of the Chroma server.
         collection: Collection name.
         device: ``auto``, ``cpu`` or ``cuda`` for the encoder.
@@ -164,7 +165,9 @@ class EmbedWriter:
             import torch
 
             torch.set_num_threads(threads)
-        self.ef = HTPEmbeddingFunction(**ef_config, device=device, batch_size=batch_size)
+        # the stored config, as stored: its HTPConfig is used as is
+        self.ef = HTPEmbeddingFunction.from_stored(ef_config, device=device,
+                                                   batch_size=batch_size)
         self.col = make_client(db).get_collection(collection)
 
     def _write(self, docs: list[SourceDoc], truncated: list[str]) -> list[tuple[str, str]]:

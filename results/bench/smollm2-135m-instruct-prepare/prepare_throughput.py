@@ -7,7 +7,10 @@ import time
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 if len(sys.argv) > 1:
     sys.path.insert(0, sys.argv[1])  # e.g. an export of an older commit's package
-from htp_retrieval.bench import long_documents, scifact_documents
+try:
+    from htp_retrieval.eval.bench import long_documents, scifact_documents
+except ImportError:  # a package from before bench.py moved to eval/
+    from htp_retrieval.bench import long_documents, scifact_documents
 from htp_retrieval.encoder import HTPEncoder
 
 data = "../shared/data/beir/scifact"  # run from the repository root

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import torch
 
-from htp_retrieval.bench import scifact_documents
 from htp_retrieval.encoder import HTPEncoder
+from htp_retrieval.eval.bench import scifact_documents
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(int(os.environ.get("THREADS", "1")))

@@ -1,0 +1,35 @@
+"""python -m research: the research commands behind research/ANALYSIS.md.
+
+Run from the repository root (default data and output paths are relative to it):
+norms and drift (per-layer diagnosis), ablate and hubs (named encoder variants), table,
+seeds, compare and paired (reading results), same-layouts (whether other K-policy settings
+give a finished run the same inputs). research/README.md says which results each reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from research.analysis import add_subcommands
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m research``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = argparse.ArgumentParser(prog="python -m research", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    add_subcommands(sub)
+    args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
+    if getattr(args, "quiet", False):  # every bar, model loading included
+        from htp_retrieval.integrations.cli import quiet_loading
+
+        quiet_loading()
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

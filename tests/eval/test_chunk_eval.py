@@ -1,0 +1,183 @@
+"""Chunk-level retrieval on evidence spans: loader, chunk relevance, scopes, harness wiring."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from htp_retrieval import HTPEncoder
+from htp_retrieval.chunking import Chunk
+from htp_retrieval.eval.chunk_eval import (
+    IN_DOC,
+    SpanData,
+    chunk_qrels,
+    load_spans,
+    run_chunk_retrieval,
+)
+from htp_retrieval.eval.data import BeirData
+from htp_retrieval.eval.harness import resolve_data
+
+SPANS = Path(__file__).resolve().parents[3] / "shared/data/spans/qmsum"
+needs_data = pytest.mark.skipif(not SPANS.exists(), reason="../shared/data not beside checkout")
+
+
+@needs_data
+def test_load_spans_reads_the_qmsum_dev_layout() -> None:
+    data = load_spans(SPANS, "dev")
+    assert len(data.corpus) == 197
+    assert len(data.queries) == 1332
+    assert sum(len(s) for s in data.spans.values()) == 1454
+    for q, spans in data.spans.items():
+        for d, s, e in spans:
+            assert d in data.beir.qrels[q]
+            assert 0 <= s < e <= len(data.corpus[d]["text"])
+    sub = load_spans(SPANS, "dev", max_docs=5, seed=3)
+    assert len(sub.corpus) == 5
+    assert all(d in sub.corpus for sp in sub.spans.values() for d, _, _ in sp)
+    assert sub.corpus.keys() == load_spans(SPANS, "dev", max_docs=5, seed=3).corpus.keys()
+
+
+def test_load_spans_names_a_bad_line(tmp_path: Path) -> None:
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "spans").mkdir()
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"_id": "d", "text": "abc"}) + "\n")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "x"}) + "\n")
+    (tmp_path / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    (tmp_path / "spans" / "dev.jsonl").write_text(
+        json.dumps({"query-id": "q", "corpus-id": "d", "start": 0, "end": 9}) + "\n")
+    with pytest.raises(ValueError, match=r"dev.jsonl:1: span \[0, 9\) outside document 'd'"):
+        load_spans(tmp_path, "dev")
+
+
+def test_chunk_qrels_mark_chunks_that_overlap_a_span() -> None:
+    beir = BeirData("t", {"d": {"title": "", "text": "x" * 100}}, {"q": "?"}, {"q": {"d": 1}})
+    data = SpanData(beir, {"q": [("d", 25, 55)]})
+    chunks = {"d": [Chunk(0, 0, 25), Chunk(1, 25, 50), Chunk(2, 50, 75), Chunk(3, 75, 100)]}
+    assert chunk_qrels(data, chunks) == {"q": {"d#c1": 1, "d#c2": 1}}
+
+
+def _toy(tmp_path: Path) -> Path:
+    """Two documents; each query is one sentence of a document, its span that sentence."""
+    docs = {
+        "a": "\n".join(f"Alpha line {i} speaks of apples number {i}." for i in range(40)),
+        "b": "\n".join(f"Beta line {i} speaks of boats number {i}." for i in range(40)),
+    }
+    (tmp_path / "qrels").mkdir(parents=True)
+    (tmp_path / "spans").mkdir()
+    with open(tmp_path / "corpus.jsonl", "w") as f:
+        for d, t in docs.items():
+            f.write(json.dumps({"_id": d, "title": "", "text": t}) + "\n")
+    rows, qrels, spans = [], ["query-id\tcorpus-id\tscore"], []
+    for d, t in docs.items():
+        for i in (3, 30):
+            line = t.split("\n")[i]
+            s = t.index(line)
+            q = f"{d}{i}"
+            rows.append({"_id": q, "text": line})
+            qrels.append(f"{q}\t{d}\t1")
+            spans.append({"query-id": q, "corpus-id": d, "start": s, "end": s + len(line)})
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "qrels" / "dev.tsv").write_text("\n".join(qrels) + "\n")
+    (tmp_path / "spans" / "dev.jsonl").write_text("\n".join(json.dumps(r) for r in spans) + "\n")
+    return tmp_path
+
+
+def test_run_chunk_retrieval_scores_both_scopes(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    data = load_spans(_toy(tmp_path), "dev")
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    naive = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=16,
+                                query_instruction="", show_progress_bar=False)
+    assert naive.counts["n_chunks"] > 10 and naive.counts["n_queries"] == 4
+    # a 16-token chunk is one line: the query's own text embeds identically and ranks first
+    assert naive.scores["NDCG@10"] == pytest.approx(100.0)
+    assert naive.scores["NDCG@10" + IN_DOC] == pytest.approx(100.0)
+    assert naive.config["chunking"] == "naive" and naive.config["chunk_tokens"] == 16
+    late = run_chunk_retrieval(enc, data, chunking="late", chunk_tokens=16, window_tokens=128,
+                               query_instruction="", show_progress_bar=False,
+                               checkpoint_dir=tmp_path / "ckpt")
+    assert set(late.scores) == {"NDCG@10", "Recall@10", "NDCG@10" + IN_DOC,
+                                "Recall@10" + IN_DOC}
+    assert all(0.0 <= v <= 100.0 for v in late.scores.values())
+    assert late.scores["NDCG@10" + IN_DOC] >= late.scores["NDCG@10"]
+    assert late.config["window_tokens"] == 128
+    again = run_chunk_retrieval(enc, data, chunking="late", chunk_tokens=16, window_tokens=128,
+                                query_instruction="", show_progress_bar=False,
+                                checkpoint_dir=tmp_path / "ckpt")
+    assert again.cost["cached"] == 1 and again.scores == late.scores  # the embedding cache
+    mix = run_chunk_retrieval(enc, data, chunking="late-mix", chunk_tokens=16, window_tokens=128,
+                              query_instruction="", show_progress_bar=False)
+    assert mix.cost["cached"] == 2 and mix.config["chunking"] == "late-mix"
+    assert mix.scores != late.scores
+
+
+def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
+    root = _toy(tmp_path / "toy")
+    items = resolve_data(str(root), split="dev")
+    assert [(it.kind, it.split) for it in items] == [("spans", "dev")]
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (beir / name).write_text((root / name).read_text())
+    (beir / "qrels" / "dev.tsv").write_text((root / "qrels" / "dev.tsv").read_text())
+    out = subprocess.run([sys.executable, "-m", "htp_retrieval.cli", "eval", "--data", str(beir),
+                          "--split", "dev", "--chunking", "late"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "apply to evidence-span data" in out.stderr
+
+
+def test_report_has_a_chunk_section(tmp_path: Path) -> None:
+    from htp_retrieval.eval.report import build_report
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    def save(method: str, chunking: str, corpus: float, doc: float) -> None:
+        RetrievalResult(
+            dataset="qmsum", split="dev",
+            config={"model": "m", "method": method, "chunking": chunking, "chunk_tokens": 256,
+                    "chunk_overlap": 0, "window_tokens": 8064 if chunking != "naive" else None,
+                    "command": "htp-retrieval eval ..."},
+            scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: doc,
+                    "Recall@10" + IN_DOC: 2.0},
+            cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
+        ).save(tmp_path / "m" / "qmsum-dev" / f"{method}__chunk-{chunking}256.json")
+
+    save("vanilla-mean", "naive", 10.0, 30.0)
+    save("htp", "late", 12.5, 29.0)
+    rep = build_report([tmp_path], output=tmp_path / "r.md", plots=True)
+    md = rep.markdown
+    assert "## Chunk-level retrieval (evidence spans)" in md
+    row = next(line for line in md.splitlines() if line.startswith("| htp | late"))
+    assert "| 12.50 |" in row and "| +2.50 | **-1.00** |" in row
+    assert any(p.name.endswith("chunks.png") for p in rep.plots)
+
+
+def test_needle_spans_mark_the_chunk_holding_the_needle(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    essays = SPANS.parents[1] / "haystack/paul_graham_essays"
+    if not essays.exists():
+        pytest.skip("../shared/data is not beside this checkout")
+    model, tok = tiny_llama
+    items = resolve_data("needle-spans", context_lengths=[512], max_docs=4, max_queries=3,
+                         haystack=essays)
+    assert [(it.kind, it.context_length) for it in items] == [("spans", 512)]
+    data = items[0].data
+    assert isinstance(data, SpanData) and len(data.queries) == 3
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    from htp_retrieval.chunking import split_chunks
+    from htp_retrieval.eval.chunk_eval import chunk_qrels
+
+    chunks = {d: split_chunks(v["text"], tok, chunk_tokens=64) for d, v in data.corpus.items()}
+    qrels = chunk_qrels(data, chunks)
+    for q, rel in qrels.items():
+        (d, s, e), = data.spans[q]
+        assert rel and all(cid.startswith(d + "#c") for cid in rel)
+        needle = data.corpus[d]["text"][s:e]
+        assert any(needle[:20] in c.text(data.corpus[d]["text"]) for c in chunks[d]
+                   if f"{d}#c{c.index}" in rel)
+    res = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=64,
+                              show_progress_bar=False)
+    assert res.counts["n_docs"] == 4 and 0.0 <= res.scores["NDCG@10"] <= 100.0

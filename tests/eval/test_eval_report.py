@@ -1,0 +1,488 @@
+"""``htp-retrieval report``: tables, ratios, HTP-vs-vanilla lines and plots from real runs.
+
+The results JSONs are made by really running the eval (tiny random decoder) on a handful
+of SciFact documents and on a small BEIR folder written here, and one STS run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from htp_retrieval.encoder import HTPEncoder
+from htp_retrieval.eval.data import BeirData, load_beir, subsample
+from htp_retrieval.eval.report import build_report, load_results
+from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval, versions
+
+SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
+SCIFACT = os.path.join(SHARED, "beir", "scifact")
+STSB = os.path.join(SHARED, "sts", "stsb", "test.jsonl")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MODEL = "LlamaForCausalLM"  # HTPEncoder.record()["model"] of a model object: its class name
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact missing")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # noqa: ANN202
+    """Tiny models run fastest on one thread (and do not fight a busy machine for cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _name(method: str, length: int, *, k: int | None = None, n: int | None = None,
+          subset: str | None = None) -> str:
+    parts = [method, f"len{length}"]
+    if k is not None:
+        parts.append(f"k{k}")
+    if n is not None:
+        parts.append(f"n{n}")
+    if subset:
+        parts.append(subset)
+    return "__".join(parts) + ".json"
+
+
+def _toy_beir(root: Path) -> Path:
+    """A small BEIR folder (``toy``): 6 documents, 3 queries, one with two relevant docs."""
+    d = root / "toy"
+    (d / "qrels").mkdir(parents=True)
+    docs = {
+        "d1": "Graphene conducts heat well. It is a single layer of carbon atoms.",
+        "d2": "Mitochondria produce ATP. They are the powerhouse of the cell.",
+        "d3": "The Nile is a long river. It flows north through Egypt.",
+        "d4": "Vaccines train the immune system. They reduce severe disease.",
+        "d5": "Heat moves through metals by electrons. Copper is a good conductor.",
+        "d6": "Rivers carry sediment to the sea. Deltas form at river mouths.",
+    }
+    (d / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": i, "title": "", "text": t}) + "\n" for i, t in docs.items()))
+    queries = {"q1": "which materials conduct heat", "q2": "cell energy", "q3": "rivers"}
+    (d / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": i, "text": t}) + "\n" for i, t in queries.items()))
+    (d / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td5\t1\nq2\td2\t1\nq3\td3\t1\nq3\td6\t1\n")
+    return d
+
+
+def _run(model, tok, data: BeirData, out: Path, method: str, length: int,  # noqa: ANN001
+         *, k: int | None = None, n: int | None = None, subset: str | None = None,
+         command: str | None = None) -> Path:
+    # the report places a model in a family by its packaged name only, so a run of a model
+    # object is judged against the method's defaults: no Llama short-text budget here
+    enc = HTPEncoder(model, method, tokenizer=tok, dtype="float32", max_length=length, k=k,
+                     tokens_per_block=n, short_budget=0 if method == "htp" else None)
+    res = run_retrieval(enc, data, show_progress_bar=False)
+    res.config["command"] = command or (f"pytest tests/eval/test_eval_report.py  # run_retrieval "
+                                        f"method={method} max_length={length} k={k} n={n}")
+    path = out / MODEL / f"{data.name}-test" / _name(method, length, k=k, n=n,
+                                                             subset=subset)
+    res.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def results_dir(tiny_llama, tmp_path_factory) -> Path:  # noqa: ANN001
+    model, tok = tiny_llama
+    root = tmp_path_factory.mktemp("report")
+    out = root / "results"
+    sci = subsample(load_beir(SCIFACT), n_queries=5, n_docs=15, seed=0)
+    tag = "q5d15s0"
+    one_call = "pytest tests/eval/test_eval_report.py  # one eval call, 3 methods x 2 lengths"
+    for length in (32, 64):
+        for method in ("vanilla-mean", "tp-mean", "htp"):
+            _run(model, tok, sci, out, method, length, subset=tag, command=one_call)
+    _run(model, tok, sci, out, "htp-fixed-tokens", 64, n=16, subset=tag)
+    for k in (2, 4):
+        _run(model, tok, sci, out, "htp", 64, k=k, subset=tag)
+    toy = load_beir(_toy_beir(root))
+    for method in ("vanilla-mean", "htp"):
+        _run(model, tok, toy, out, method, 64)
+    if os.path.isfile(STSB):
+        _sts_run(model, tok, out)
+    # things the report must pass over: a checkpoint folder and a foreign JSON
+    (out / MODEL / "toy-test" / "htp__len64.partial").mkdir()
+    (out / MODEL / "toy-test" / "htp__len64.partial" / "meta.json").write_text("{}")
+    (out / "other.json").write_text(json.dumps({"name": "not a result", "scores": {}}))
+    (out / "mteb").mkdir()
+    (out / "mteb" / "scifact-local.json").write_text(json.dumps(
+        {"task_name": "scifact-local", "mteb_version": "2.26.24", "scores": {}}))
+    return out
+
+
+def _sts_run(model, tok, out: Path) -> None:  # noqa: ANN001
+    """A real STS run on 30 STS-B pairs: Spearman (x100) of cosine against float gold."""
+    from scipy.stats import spearmanr
+
+    rows = [json.loads(line) for line in open(STSB, encoding="utf-8").readlines()[:30]]
+    for method in ("vanilla-mean", "htp"):
+        enc = HTPEncoder(model, method, tokenizer=tok, dtype="float32", max_length=64)
+        t0 = time.perf_counter()
+        a = enc.encode([r["sentence1"] for r in rows])
+        tokens = enc.last_stats.text_tokens
+        b = enc.encode([r["sentence2"] for r in rows])
+        tokens += enc.last_stats.text_tokens
+        secs = time.perf_counter() - t0
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        rho = spearmanr([float(r["score"]) for r in rows], cos).statistic
+        config = dict(enc.record(), command=f"pytest tests/eval/test_eval_report.py  # sts {method}")
+        RetrievalResult(
+            dataset="stsb", split="test", config=config, scores={"Spearman": 100 * rho},
+            cost={"encode_seconds": secs, "tokens_per_second": tokens / secs},
+            counts={"n_pairs": len(rows)}, versions=versions(), created=time.time(),
+        ).save(out / MODEL / "stsb-test" / f"{method}__len64__q0d30s0.json")
+
+
+def _table_rows(md: str, header_start: str) -> list[list[str]]:
+    """Rows (cells) of every Markdown table whose header starts with ``header_start``."""
+    rows, on = [], False
+    for line in md.splitlines():
+        if line.startswith(header_start):
+            on, head = True, [c.strip() for c in line.strip("|").split("|")]
+            continue
+        if on and line.startswith("|---"):
+            continue
+        if on and line.startswith("|"):
+            rows.append(dict(zip(head, [c.strip() for c in line.strip("|").split("|")])))
+        else:
+            on = False
+    return rows
+
+
+def test_report_tables_ratios_and_statement(results_dir: Path, tmp_path: Path) -> None:
+    out_md = tmp_path / "docs" / "RESULTS.md"
+    rep = build_report([results_dir], output=out_md, plots_dir=tmp_path / "docs" / "plots",
+                       title="Tiny results")
+    md = rep.markdown
+    assert md.startswith("# Tiny results\n")
+    records, skipped = load_results([results_dir])
+    n_stsb = 2 if os.path.isfile(STSB) else 0
+    assert len(records) == 11 + n_stsb
+    # every run records the device it ran on (bf16 scores differ between devices)
+    raw = json.loads(next(results_dir.rglob("htp__len64*.json")).read_text())
+    assert raw["versions"]["device"] == "cpu"
+    assert [p.name for p, _ in skipped] == ["scifact-local.json", "other.json"]
+    assert "other.json`: not a results JSON (no 'dataset' key)" in md
+    assert "- 1 mteb output files" in md and "meta.json" not in md
+
+    # full run and subset are separate, labelled tables
+    assert "### toy (test), full split (3 queries, 6 documents)" in md
+    assert "### scifact (test), subset `q5d15s0` (5 queries, 15 documents, seed 0)" in md
+    assert md.index("### scifact") < md.index("### toy")
+
+    # every table row: ratios recomputed from the JSONs of the same set
+    by_path = {r.path.name: r for r in records}
+    rows = _table_rows(md, "| method |")
+    rows = [r for r in rows if "time x vanilla-mean" in r]
+    assert rows
+    base_rows = [r for r in rows if r["method"] == "vanilla-mean"]
+    assert base_rows and all(r["time x vanilla-mean"] == "1.00" for r in base_rows)
+    htp64 = by_path["htp__len64__q5d15s0.json"]
+    base64 = by_path["vanilla-mean__len64__q5d15s0.json"]
+    ratio = htp64.cost["encode_seconds"] / base64.cost["encode_seconds"]
+    mem = htp64.cost["peak_memory_bytes"] / base64.cost["peak_memory_bytes"]
+    cell = next(r for r in rows if r["method"] == "htp" and r.get("k") == "1"
+                and r["NDCG@10"] == f"{htp64.scores['NDCG@10']:.2f}")
+    assert cell["time x vanilla-mean"] == f"{ratio:.2f}"
+    assert cell["memory x vanilla-mean"] == (f"{mem:.2f}" if base64.cost["peak_memory_bytes"]
+                                             > 0 else "n/a")
+    assert cell["Recall@100"] == f"{htp64.scores['Recall@100']:.2f}"
+    # cost ratios only against the baseline of the same eval call: the K runs came from
+    # other calls, so they have no ratio
+    k_rows = [r for r in rows if r["method"] == "htp" and r.get("k") in ("2", "4")]
+    assert len(k_rows) == 2
+    assert all(r["time x vanilla-mean"] == r["memory x vanilla-mean"] == "n/a" for r in k_rows)
+    # K varies among HTP rows only: a column, and "–" where K does not apply
+    assert any(r["method"] == "tp-mean" and r.get("k") == "–" for r in rows)
+    # commands printed with each table
+    assert "# run_retrieval method=htp max_length=64 k=4 n=None" in md
+
+    # HTP vs vanilla-mean: one line per set, the difference in points, said plainly
+    for length in (32, 64):
+        h = by_path[f"htp__len{length}__q5d15s0.json"].scores["NDCG@10"]
+        v = by_path[f"vanilla-mean__len{length}__q5d15s0.json"].scores["NDCG@10"]
+        d = round(h - v, 2) + 0.0
+        verdict = (f"htp beats vanilla-mean by {d:.2f} points" if d > 0 else
+                   f"**htp does not beat vanilla-mean** ({d:+.2f} points)")
+        # the label names the config keys that set htp apart (k=1 where K varies; summary=...)
+        line = re.compile(r"htp( \([^)]*\))? " + re.escape(
+            f"{h:.2f} vs vanilla-mean {v:.2f} NDCG@10: {verdict}."))
+        found = [m.group(1) or "" for m in line.finditer(md)]
+        assert found, line.pattern
+        if length == 64:
+            assert any("k=1" in q for q in found), found
+    assert re.search(r"htp does not beat vanilla-mean in \d+ of \d+ comparisons", md)
+    assert len(rep.comparisons) == 2 + 2 + 1 + (1 if n_stsb else 0)  # k=1,2,4 @64; @32; toy
+    # the shipped-settings table: K = 1 is htp's default, K = 2 and 4 are not
+    shipped = [c for c in rep.comparisons if c.shipped]
+    assert shipped
+    assert all(c.label.endswith("default)") or "(" not in c.label for c in shipped)
+    assert not any("k=2" in c.label or "k=4" in c.label for c in shipped)
+    lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)
+    assert (f"With its shipped settings, htp does not beat vanilla-mean in {lost} of "
+            f"{len(shipped)} tables") in md
+    if n_stsb:
+        # STS tables: any "| method | ..." table with a Spearman column (other varying config
+        # keys, e.g. summary, may come first)
+        sts = [r for r in _table_rows(md, "| method |") if "Spearman" in r]
+        assert {r["method"] for r in sts} == {"vanilla-mean", "htp"}
+        assert "Spearman:" in md
+
+    # the length pivot (NDCG@10 by max length)
+    assert "NDCG@10 by max length (tokens):" in md
+    assert "| method | 32 | 64 |" in md
+
+
+def test_report_plots_and_determinism(results_dir: Path, tmp_path: Path) -> None:
+    out_md = tmp_path / "RESULTS.md"
+    plots = tmp_path / "plots"
+    rep = build_report([results_dir], output=out_md, plots_dir=plots)
+    names = sorted(p.name for p in rep.plots)
+    sub = f"{MODEL}__scifact-test__q5d15s0"
+    for expected in (f"{sub}__length.png", f"{sub}__len64__k.png", f"{sub}__len64__blocks.png",
+                     f"{sub}__cost.png"):
+        assert expected in names, names
+    for p in rep.plots:
+        data = p.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, p
+        import matplotlib.image as mpimg
+
+        img = mpimg.imread(p)
+        assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 300
+        assert float(img[..., :3].std()) > 0.01  # not a blank canvas
+    # the Markdown embeds every PNG by a path relative to itself
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", rep.markdown)
+    assert sorted(links) == sorted(f"plots/{n}" for n in names)
+    assert all((out_md.parent / link).is_file() for link in links)
+    # no K plot where K does not vary; no length plot for a single length
+    assert not any(n.startswith(f"{MODEL}__toy-test") and n.endswith(("__k.png", "__length.png"))
+                   for n in names)
+
+    again = build_report([results_dir], output=out_md, plots_dir=plots)
+    assert again.markdown == rep.markdown
+    # a list of files gives the tables of exactly those files
+    files = sorted((results_dir / MODEL / "toy-test").glob("*.json"))
+    only = build_report(files, output=out_md, plots=False)
+    assert "### toy (test)" in only.markdown and "scifact" not in only.markdown
+
+
+def test_report_cli(results_dir: Path, tmp_path: Path) -> None:
+    from htp_retrieval.cli import main
+
+    out_md = tmp_path / "out" / "R.md"
+    rc = main(["report", str(results_dir / MODEL / "toy-test"),
+               str(results_dir / MODEL / "scifact-test" / "htp__len32__q5d15s0.json"),
+               "--output", str(out_md), "--plots-dir", str(tmp_path / "out" / "img"),
+               "--title", "CLI report", "--baseline", "vanilla-mean"])
+    assert rc == 0
+    md = out_md.read_text()
+    assert md.startswith("# CLI report\n")
+    assert "htp-retrieval report" in md  # the command that made it
+    assert "### toy (test), full split" in md and "`q5d15s0`" in md
+    with pytest.raises(ValueError, match="not a results JSON"):
+        main(["report", str(results_dir / "other.json"), "--output", "-"])
+    with pytest.raises(FileNotFoundError):
+        main(["report", str(tmp_path / "missing"), "--output", "-"])
+
+
+def test_subset_from_folder_name(results_dir: Path, tmp_path: Path) -> None:
+    src = results_dir / MODEL / "toy-test" / "htp__len64.json"
+    dst = tmp_path / MODEL / "toy-test-q3d9s1" / "htp.json"
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(src.read_bytes())
+    (rec,), _ = load_results([tmp_path])
+    assert rec.subset is not None and rec.subset.tag == "q3d9s1"
+    (full,), _ = load_results([src])
+    assert full.subset is None
+
+
+def test_summary_default_and_relevance(tmp_path: Path) -> None:
+    """Results omit ``summary`` when it is ``last``: the report reads it back as ``last``,
+    and shows it only for methods with block placeholders."""
+    from htp_retrieval.eval.report import key_is_relevant, read_result
+
+    f = tmp_path / "htp-last__len64.json"
+    f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
+                             "config": {"model": MODEL, "method": "htp-last"}}))
+    assert read_result(f).config["summary"] == "last"
+    assert key_is_relevant("htp", "summary") and key_is_relevant("tp-sentence", "summary")
+    assert not key_is_relevant("vanilla-mean", "summary")
+    assert not key_is_relevant("tp-mean", "summary")
+
+
+def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
+    """Rows whose listed settings are all the method's shipped defaults say ``default``."""
+    from htp_retrieval.eval.report import read_result, variant_label
+
+    def rec(name: str, **cfg: object) -> object:
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
+                                 "config": {"model": MODEL, "k": 1, **cfg}}))
+        return read_result(f)
+
+    shipped = rec("a", method="htp", summary="mean", max_blocks=32, min_block_tokens=64)
+    uncapped = rec("b", method="htp", summary="mean", max_blocks=32)
+    paper = rec("c", method="htp-last")
+    keys = ["min_block_tokens"]
+    assert variant_label(shipped, keys) == "htp (min_block_tokens=64, default)"
+    assert variant_label(uncapped, keys) == "htp (min_block_tokens=none)"
+    assert variant_label(paper, ["summary"]) == "htp-last (summary=last, default)"
+    assert variant_label(shipped, []) == "htp"  # nothing listed, nothing to mark
+    assert variant_label(shipped, ["tp_start"]) == "htp (tp_start=none)"  # not a spec setting
+
+
+def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
+    """Needle/passkey runs of several ``--seed`` values are labelled by seed, not by the
+    whole generator record."""
+    from htp_retrieval.eval.report import read_result, variant_label
+
+    recs = []
+    for seed in (2, 3):
+        f = tmp_path / f"htp__ctx256__seed{seed}.json"
+        synthetic = {"generator_version": 1, "seed": seed, "task": "needle",
+                     "tokenizer": MODEL}
+        f.write_text(json.dumps({"dataset": "needle", "split": "test",
+                                 "scores": {"NDCG@10": 1.0},
+                                 "config": {"model": MODEL, "method": "htp",
+                                            "synthetic": synthetic}}))
+        recs.append(read_result(f))
+    assert [variant_label(r, ["synthetic"]) for r in recs] == \
+        ["htp (synthetic=seed 2)", "htp (synthetic=seed 3)"]
+
+
+def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
+    """With T = 64, B = 8 at 512 tokens has the default B = 32's layouts; at 1024 not."""
+    from htp_retrieval.eval.report import read_result, variant_label
+
+    def rec(name: str, **cfg: object) -> object:
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
+                                 "config": {"model": MODEL, "method": "htp", "k": 1,
+                                            "summary": "mean", **cfg}}))
+        return read_result(f)
+
+    short = rec("a", max_blocks=8, min_block_tokens=64, max_length=512)
+    assert short.config["max_blocks"] == 32 and short.config["max_blocks_recorded"] == 8
+    assert variant_label(short, ["max_blocks", "min_block_tokens"]) == \
+        "htp (max_blocks=32, min_block_tokens=64, default)"
+    long = rec("b", max_blocks=8, min_block_tokens=64, max_length=1024)  # 8 blocks vs 16
+    assert long.config["max_blocks"] == 8 and "max_blocks_recorded" not in long.config
+    uncapped = rec("c", max_blocks=8, max_length=512)  # no T: B = 8 binds at any length
+    assert uncapped.config["max_blocks"] == 8
+    # runs made before the long-text budget (1024, 8): the default's layouts up to 1024
+    # tokens, not past it; B = 8 with no long budget differs below 1024 tokens
+    old = rec("d", max_blocks=32, min_block_tokens=64, max_length=1024)
+    assert old.config["long_budget"] == [1024, 8] and old.config["long_budget_recorded"] is None
+    old_long = rec("e", max_blocks=32, min_block_tokens=64, max_length=8192)
+    assert old_long.config["long_budget"] is None and "long_budget_recorded" not in old_long.config
+    assert variant_label(old_long, ["long_budget"]) == "htp (long_budget=none)"
+    new = rec("f", max_blocks=32, min_block_tokens=64, long_budget=[1024, 8], max_length=8192)
+    assert variant_label(new, ["long_budget"]) == "htp (long_budget=1024:8, default)"
+    # B = 8 never exceeds B_L = 8: it reads as B = 8 under the default long budget
+    b8 = rec("g", max_blocks=8, min_block_tokens=64, max_length=8192)
+    assert b8.config["max_blocks"] == 8 and b8.config["long_budget"] == [1024, 8]
+    assert variant_label(b8, ["max_blocks"]) == "htp (max_blocks=8)"
+    # without T the long budget still cannot bind at 512 tokens
+    no_t = rec("h", max_blocks=32, max_length=512)
+    assert no_t.config["long_budget"] == [1024, 8] and "min_block_tokens" not in no_t.config
+
+
+def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
+    """In the length plot, rows with a method's shipped settings are the solid series;
+    off-default variants (here a fixed-K htp run) are not."""
+    from htp_retrieval.eval.report import _length_series, _shipped_labels, group_results
+
+    recs = []
+    for i, (method, ctx, cfg) in enumerate([
+        ("vanilla-mean", 256, {}), ("vanilla-mean", 512, {}),
+        ("htp", 256, {"summary": "mean", "max_blocks": 32, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+        ("htp", 512, {"summary": "mean", "max_blocks": 32, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+        ("htp", 512, {"summary": "mean", "max_blocks": None, "min_block_tokens": 64,
+                      "long_budget": [1024, 8]}),
+    ]):
+        f = tmp_path / f"r{i}.json"
+        f.write_text(json.dumps({"dataset": "needle", "split": "test",
+                                 "scores": {"NDCG@10": float(i)},
+                                 "config": {"model": MODEL, "method": method, "k": 1,
+                                            "tokens_per_block": 32,
+                                            "segmenter": "sentencizer",
+                                            "context_length": ctx, **cfg}}))
+        recs.append(f)
+    from htp_retrieval.eval.report import read_result
+
+    sets = group_results([read_result(f) for f in recs])
+    series = _length_series(sets)
+    shipped = _shipped_labels(sets)
+    assert set(series) == {"vanilla-mean", "htp (max_blocks=32, default)",
+                           "htp (max_blocks=none)"}
+    assert shipped == {"vanilla-mean", "htp (max_blocks=32, default)"}
+    assert [x for x, _ in series["htp (max_blocks=32, default)"]] == [256, 512]
+    # the plot names the same three variants with only their off-default settings
+    from htp_retrieval.eval.report import plot_label
+
+    short = _length_series(sets, label=plot_label)
+    assert set(short) == {"vanilla-mean", "htp (shipped)", "htp (max_blocks=none)"}
+    assert _shipped_labels(sets, label=plot_label) == {"vanilla-mean", "htp (shipped)"}
+    assert short["htp (shipped)"] == series["htp (max_blocks=32, default)"]
+
+
+def test_plot_label_lists_only_off_default_settings() -> None:
+    """Plot legends list a variant's settings that are off the shipped default only, and
+    stay one label per variant that the table's labels tell apart."""
+    from htp_retrieval.eval.report import ResultRecord, plot_label, variant_label
+
+    def rec(**cfg: object) -> ResultRecord:
+        base = {"model": MODEL, "method": "htp", "k": 1, "summary": "mean", "max_blocks": 32,
+                "min_block_tokens": 64, "long_budget": [1024, 8], "segmenter": "sentencizer",
+                "tokens_per_block": 32}
+        return ResultRecord(path=Path("x.json"), dataset="needle", split="test",
+                            config={**base, **cfg}, scores={})
+
+    keys = ["k", "long_budget", "max_blocks", "min_block_tokens"]
+    recs = [rec(), rec(k=4), rec(k=4, long_budget=None), rec(max_blocks=None),
+            rec(long_budget=None, max_blocks=None, min_block_tokens=None)]
+    labels = [plot_label(r, keys) for r in recs]
+    assert labels == ["htp (shipped)", "htp (k=4)", "htp (k=4, long_budget=none)",
+                      "htp (max_blocks=none)",
+                      "htp (long_budget=none, max_blocks=none, min_block_tokens=none)"]
+    assert len({variant_label(r, keys) for r in recs}) == len(set(labels))
+    assert plot_label(rec(), []) == "htp"  # nothing varies: nothing to mark
+    assert plot_label(rec(method="vanilla-mean"), keys) == "vanilla-mean"
+    # every listed setting at its default, but one the spec fixes off it: not "shipped"
+    assert plot_label(rec(summary="last"), keys) == "htp"
+
+
+def test_shipped_table_bolds_losses_in_main_score_and_ndcg() -> None:
+    """A row that wins on Acc@1 but not on NDCG@10 (Qwen2.5's needle at 2048 tokens) has its
+    NDCG@10 difference bold, so the table does not read as a clean win."""
+    from htp_retrieval.eval.report import Comparison, ResultSet, format_shipped_table
+
+    def comp(dataset: str, score: str, value: float, base: float,
+             ndcg: tuple[float, float] | None) -> Comparison:
+        rs = ResultSet(model="m", dataset=dataset, split="test", subset=None, length=2048,
+                       length_key="context_length", records=[], keys=[])
+        return Comparison(set=rs, label="htp", score=score, value=value, base_value=base,
+                          shipped=True, ndcg=ndcg)
+
+    rows = [comp("needle", "Acc@1", 8.0, 2.0, (35.44, 35.72)),    # wins Acc@1, loses NDCG@10
+            comp("passkey", "Acc@1", 2.0, 10.0, (27.38, 24.19)),  # loses Acc@1, wins NDCG@10
+            comp("scifact", "NDCG@10", 14.04, 9.99, None),
+            comp("qmsum", "NDCG@10", 13.80, 13.80, None)]         # a tie is not a win
+    table = format_shipped_table(rows, compare="htp", baseline="vanilla-mean")
+    assert table is not None
+    cells = {line.split(" | ")[1]: [c.strip() for c in line.strip("| ").split(" | ")[-2:]]
+             for line in table.splitlines()[2:]}
+    assert cells["needle (test)"] == ["+6.00", "**-0.28**"]
+    assert cells["passkey (test)"] == ["**-8.00**", "+3.19"]
+    assert cells["scifact (test)"] == ["+4.05", "+4.05"]
+    assert cells["qmsum (test)"] == ["**+0.00**", "**+0.00**"]
