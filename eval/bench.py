@@ -33,7 +33,7 @@ The result is one JSON (config, versions, per-method figures, ratios, target che
 plot of time and memory against length, written next to each other.
 
 Source of the targets: HTP (Ding et al., ACL 2026) reports HTP at 1.18x vanilla time and
-1.12x memory, Echo at 3.45x / 4.00x; issue 5 asks for HTP <= 1.05x / 1.10x, vanilla-mean
+1.12x memory, Echo at 3.45x / 4.00x; this library's targets are HTP <= 1.05x / 1.10x, vanilla-mean
 >= 0.95x the raw forward's throughput, Echo <= 2.1x, preparation < 5% and padding < 10%.
 """
 

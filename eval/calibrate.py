@@ -3,7 +3,7 @@
 Coordinate search on a validation split that is not the test split (default: SciFact's
 training claims, ``qrels/train.tsv``), within a time budget. Each candidate is scored as
 HTP's NDCG@10 among candidates that beat vanilla-mean at the same exit layer by at least
-``min_gain`` points (1.0, issue 6's target); while none does, by the HTP - vanilla-mean
+``min_gain`` points (default 1.0); while none does, by the HTP - vanilla-mean
 gain. So an exit layer is not chosen for what it does to vanilla pooling (a gain that
 comes from a layer where both are poor), nor for a gain alone. The result is a preset JSON that
 :class:`~htp_retrieval.HTPEncoder` loads with ``preset=path``.

@@ -827,7 +827,7 @@ def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
     """Score vs K per method with sentence blocks (paper Table 12); methods that K does not
     affect are drawn as horizontal lines. One panel for the main score, and a second for
     NDCG@10 where the main score is another (needle/passkey: Acc@1), as the paper's table
-    and issue 6's targets are in NDCG@10. ``None`` unless some method has 2+ K values."""
+    and the quality targets are in NDCG@10. ``None`` unless some method has 2+ K values."""
     other = [k for k in rs.keys if k != "k"]
     scores = [rs.main_score]
     if rs.main_score != "NDCG@10" and any("NDCG@10" in r.scores for r in rs.records):

@@ -369,7 +369,7 @@ def build_layout(
         template: The method's template pieces.
         pst_id: Token id of ``<PST>``.
         bpst_id: Token id of ``<B-PST>``.
-        allow_placeholder_at_zero: Diagnostics only (issue 6's sink ablation): allow an
+        allow_placeholder_at_zero: Diagnostics only (the sink ablation, research/ANALYSIS.md): allow an
             empty prefix, so ``<B-PST>_1`` (or ``<PST>``) sits at position 0, the attention
             sink, and its copies overwrite the sink's state. Never the default.
 

@@ -49,25 +49,20 @@ class MethodSpec:
             (:data:`TokensPerBlock`; ``"auto"`` picks N per document).
         summary: What each ``<PST>`` receives before a copy layer: ``last``, the state of
             its block's last token (the paper, Sec. 4.2), or ``mean``, the mean of its
-            block's token states (this library's HTP default; research/ANALYSIS.md).
+            block's token states.
         max_blocks: Adaptive K budget (:func:`htp_retrieval.layout.adaptive_k`): at most
             this many blocks per document, K growing to ``ceil(sentences / max_blocks)``
-            on longer documents; ``None`` keeps K fixed. ``htp`` ships 32: every SciFact
-            abstract (at most 24 sentences in 512 tokens) keeps K = 1, and long documents
-            get larger K, as the paper's Table 12 favours for them (Sec. 5.3).
-        min_block_tokens: Adaptive K's density cap T (:func:`htp_retrieval.layout.adaptive_k`):
-            at most one block per T text tokens; ``None``: no cap. ``htp`` ships 64: text of
-            very short sentences (passkey filler, 4-5 tokens each) otherwise gets a
-            placeholder every few tokens, which costs more than the copies give
-            (research/ANALYSIS.md, section 10); past 1024 text tokens ``long_budget`` binds first.
-        long_budget: ``(L, B_L)``: past L text tokens a document gets at most B_L blocks
-            (:func:`htp_retrieval.layout.adaptive_k`); ``None``: no such budget. ``htp``
-            ships ``(1024, 8)``: on needle documents of 2048 and 8192 tokens, 8 blocks
-            scored best on a seed other than the test seed, while at 1024 tokens the
-            density cap's 16 win and 8 lose (research/ANALYSIS.md, sections 12 and 13). A
-            model family's preset may set its own in place of it
-            (:attr:`htp_retrieval.models.LayerPreset.long_budget`).
+            on longer documents (the paper's Table 12 favours larger K for long documents,
+            Sec. 5.3); ``None`` keeps K fixed.
+        min_block_tokens: Adaptive K's density cap T: at most one block per T text tokens;
+            ``None``: no cap.
+        long_budget: ``(L, B_L)``: past L text tokens a document gets at most B_L blocks;
+            ``None``: no such budget. A model family's preset may set its own in place of
+            it (:attr:`htp_retrieval.models.LayerPreset.long_budget`).
         description: One line for the README's method table.
+
+    How ``htp``'s values (``mean``, 32, 64, ``(1024, 8)``) were chosen: docs/METHODS.md and
+    research/ANALYSIS.md (sections 8-13).
     """
 
     name: str
