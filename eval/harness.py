@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from htp_retrieval.config import HTPConfig
 from htp_retrieval.dtypes import resolve_dtype
 from htp_retrieval.eval.chunk_eval import (
     IN_DOC,
@@ -149,6 +150,10 @@ class EvalSettings:
             (``-o<overlap>`` in the name when not 0).
         late_window: Late chunking: text tokens per forward pass (``None``: the encoder's
             ``max_length``, the model's window; ``-w<tokens>`` in the name when set).
+        config: A resolved :class:`~htp_retrieval.config.HTPConfig` to evaluate exactly as
+            it is (its method, ``max_length`` and ``overflow`` included); ``methods`` must
+            be ``[config.method]`` and the sweep and setting fields above their defaults.
+            The result is named ``<method>__cfg-<digest>`` plus the data tags.
     """
 
     model: str = DEFAULT_MODEL
@@ -185,6 +190,7 @@ class EvalSettings:
     chunk_overlap: int = 0
     late_window: int | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
+    config: HTPConfig | None = None
 
 
 def parse_list(text: str | None, *, allow_auto: bool = False) -> list[Any] | None:
@@ -383,6 +389,9 @@ def result_name(
     resolves to, when it is not bfloat16, so a result is never reused across dtypes).
     """
     parts = [_safe(point.method.name)]
+    if settings.config is not None:
+        parts.append(f"cfg-{settings.config.digest()}")
+        point = RunPoint(point.method, None)  # the config holds every setting
     if point.max_length is not None:
         parts.append(f"len{point.max_length}")
     if context_length is not None:
@@ -391,6 +400,8 @@ def result_name(
         parts.append(f"k{point.k}")
     if point.n is not None:
         parts.append(f"n{point.n}")
+    if settings.config is not None:
+        return "__".join(parts + _data_tags(settings, context_length)) + ".json"
     mb = explicit_max_blocks(point.method, settings)
     if mb is not None:
         parts.append(f"mb{mb}")
@@ -414,6 +425,13 @@ def result_name(
         parts.append(settings.segmenter)
     if settings.preset:
         parts.append("preset-" + _safe(Path(settings.preset).stem))
+    return "__".join(parts + _data_tags(settings, context_length)) + ".json"
+
+
+def _data_tags(settings: EvalSettings, context_length: int | None) -> list[str]:
+    """Name parts of the data and the dtype: subsample, synthetic seed and tokenizer,
+    and the weight dtype when it is not bfloat16."""
+    parts = []
     if settings.max_queries or settings.max_docs:
         parts.append(f"q{settings.max_queries}d{settings.max_docs}s{settings.seed}")
     elif context_length is not None and settings.seed:
@@ -423,7 +441,7 @@ def result_name(
     dtype = resolve_dtype(settings.dtype, settings.device)
     if dtype != "bfloat16":
         parts.append(dtype)
-    return "__".join(parts) + ".json"
+    return parts
 
 
 def resolve_data(
@@ -598,6 +616,11 @@ def encode_length(encoder: Any, data: BeirData, *, max_length: int | None = None
 def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> Any:
     from htp_retrieval.encoder import HTPEncoder
 
+    if settings.config is not None:  # evaluated exactly as configured
+        return HTPEncoder(
+            settings.model, settings.config, device=settings.device, dtype=settings.dtype,
+            padding_side=settings.padding_side, batch_size=settings.batch_size,
+            max_tokens_per_batch=settings.max_tokens_per_batch)
     enc = HTPEncoder(
         settings.model, point.method, k=point.k, tokens_per_block=point.n,
         segmenter=settings.segmenter,  # type: ignore[arg-type]
@@ -620,6 +643,31 @@ def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> An
     return enc
 
 
+def check_config_settings(settings: EvalSettings) -> None:
+    """Refuse sweep and setting fields beside a whole config (they would be ignored).
+
+    Raises:
+        ValueError: naming each field that is set, and the method mismatch if any.
+    """
+    assert settings.config is not None
+    cfg = settings.config
+    set_fields = [name for name in ("tp_start", "tp_exit", "output_layer", "max_blocks",
+                                    "min_block_tokens", "long_budget", "short_budget",
+                                    "preset", "max_lengths")
+                  if getattr(settings, name) not in (None, [], ())]
+    set_fields += [n for n, v in (("ks", settings.ks), ("ns", settings.ns))
+                   if list(v) != [None]]
+    if settings.segmenter != "sentencizer" and settings.segmenter != cfg.segmenter:
+        set_fields.append("segmenter")
+    if set_fields:
+        raise ValueError(f"settings {set_fields} are given with a whole config: put them in "
+                         "the config (htp-retrieval config ... --output FILE) instead")
+    methods = [get_method(m).name for m in settings.methods]
+    if methods != [cfg.method]:
+        raise ValueError(f"methods {methods} differ from the config's method "
+                         f"{cfg.method!r}: one config evaluates one method")
+
+
 def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[RetrievalResult]:
     """Evaluate every item at every sweep point; one results JSON each (reused if present).
 
@@ -632,6 +680,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     Returns:
         The results in run order (loaded ones included).
     """
+    if settings.config is not None:
+        check_config_settings(settings)
     results: list[RetrievalResult] = []
     # recorded in each new result; one value per call, so that the cost ratios pair
     # results timed together (:func:`~htp_retrieval.eval.report.same_eval_call`)

@@ -41,6 +41,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         context_lengths = parse_list(args.context_lengths)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
+    config = _config_file(args.config, "eval") if args.config else None
+    if args.methods is None:
+        args.methods = config.method if config is not None else "vanilla-mean,htp"
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     chunkings = [c.strip() for c in args.chunking.split(",") if c.strip()]
     bad = [c for c in chunkings if c not in CHUNK_VARIANTS]
@@ -82,7 +85,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
         preset=_preset_arg(args, "eval"), chunkings=chunkings,
         chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap,
-        late_window=args.late_window)
+        late_window=args.late_window, config=config)
+    if config is not None:
+        from htp_retrieval.eval.harness import check_config_settings
+
+        try:
+            check_config_settings(settings)
+        except ValueError as e:
+            raise SystemExit(f"htp-retrieval eval: --config {args.config}: {e}") from e
     print(format_results(run_eval(items, settings)))
     return 0
 
@@ -336,8 +346,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="BEIR folder; LongEmbed folder or longembed:<task> (hub); needle or "
                    "passkey (generated, --seed); STS jsonl file or folder with <split>.jsonl")
     p.add_argument("--split", default="test")
-    p.add_argument("--methods", default="vanilla-mean,htp",
-                   help="comma-separated; any of: " + ", ".join(METHODS))
+    p.add_argument("--methods", default=None,
+                   help="comma-separated (default vanilla-mean,htp; with --config its "
+                   "method); any of: " + ", ".join(METHODS))
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="evaluate one saved HTPConfig exactly (htp-retrieval config --output, "
+                   "or a results JSON's htp_config): its method, max length and overflow; "
+                   "the setting flags are refused beside it; results are named "
+                   "<method>__cfg-<digest>")
     p.add_argument("--output", default="results", help="results folder")
     p.add_argument("--overwrite", action="store_true", help="recompute existing results")
     p.add_argument("--max-queries", type=int, default=0, help="subsample queries (0: all)")

@@ -302,3 +302,30 @@ def test_result_name_carries_a_dtype_other_than_bf16(monkeypatch: pytest.MonkeyP
     assert result_name(point, EvalSettings(device="cpu")) == "vanilla-mean__len512__float32.json"
     assert result_name(point, EvalSettings(device="cpu", dtype="bfloat16")) == \
         "vanilla-mean__len512.json"
+
+
+@needs_scifact
+def test_eval_of_one_saved_config(tiny_dir, tmp_path, capsys) -> None:  # noqa: ANN001
+    from htp_retrieval.config import HTPConfig
+
+    cfg_path = tmp_path / "cfg.json"
+    assert main(["config", "--model", tiny_dir, "--k", "2", "--max-length", "48",
+                 "--overflow", "truncate", "--output", str(cfg_path)]) == 0
+    cfg = HTPConfig.from_json(cfg_path.read_text())
+    out = tmp_path / "results"
+    argv = ["eval", "--data", SCIFACT, "--max-queries", "2", "--max-docs", "5", "--model",
+            tiny_dir, "--dtype", "float32", "--output", str(out), "--quiet",
+            "--config", str(cfg_path)]
+    assert main(argv) == 0
+    (path,) = out.rglob("*.json")
+    assert path.name == f"htp__cfg-{cfg.digest()}__q2d5s0__float32.json"
+    raw = json.loads(path.read_text())
+    assert HTPConfig.from_dict(raw["htp_config"]) == cfg  # evaluated exactly as saved
+    assert raw["config"]["k"] == 2 and raw["config"]["max_length"] == 48
+    capsys.readouterr()
+    assert main(argv) == 0  # the rerun reuses the file
+    assert "reusing" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="settings \\['tp_start'\\] are given"):
+        main([*argv, "--tp-start", "2"])
+    with pytest.raises(SystemExit, match="differ from the config's method"):
+        main([*argv, "--methods", "vanilla-mean"])
