@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import itertools
 import logging
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from htp_retrieval.chunking import Chunk, chunk_token_ranges
-from htp_retrieval.config import SETTING_KEYS, HTPConfig
+from htp_retrieval.config import SETTING_KEYS, BlockPolicy, HTPConfig
 from htp_retrieval.layout import (
     Layout,
     TemplateIds,
@@ -59,6 +60,17 @@ PaddingSide = Literal["right", "left"]
 PlaceholderInit = str
 """``mean`` (mean of the embedding matrix, as ``resize_token_embeddings`` does),
 ``zeros``, ``bos``, or ``token:<text>`` (a copy of that token's embedding, e.g. ``token:.``)."""
+
+_RECORDED_KEYS = frozenset((
+    "method", "max_length", "overflow", "summary", "segmenter", "placeholder_init", "keep_sink",
+    "bare_prefix", "preset", "tp_start", "tp_exit", "output_layer", "k", "tokens_per_block",
+    "max_blocks", "min_block_tokens", "long_budget", "short_budget"))
+"""Settings :meth:`HTPEncoder.record` writes by their historical rules; a setting added to
+:class:`HTPConfig` later is recorded whenever it differs from its field default, so caches
+and result names keyed on the record always tell two such configs apart."""
+_SETTING_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for cls in (HTPConfig, BlockPolicy) for f in dataclasses.fields(cls)
+    if f.default is not dataclasses.MISSING}
 
 RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
 """Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
@@ -1448,7 +1460,10 @@ class HTPEncoder:
         resolved dtype (for results files and caches; settings at their historical defaults
         are left out so that earlier results and caches keep their keys)."""
         s = self.spec
+        newer = {k: v for k, v in self._config.flat().items()  # settings added since
+                 if k not in _RECORDED_KEYS and v != _SETTING_DEFAULTS.get(k)}
         return {
+            **newer,
             "model": self.model_name,
             "method": s.name,
             "k": s.sentences_per_block,

@@ -37,17 +37,14 @@ from typing import Any, get_args
 
 import numpy as np
 
+from htp_retrieval.config import SETTING_KEYS
 from htp_retrieval.eval.calibrate import FIXED_LENGTH
 from htp_retrieval.eval.synthetic import parse_synthetic_spec
 from htp_retrieval.layout import parse_long_budget
 from htp_retrieval.models import DTypeName
 
-ENCODER_KEYS = {
-    "method", "k", "tokens_per_block", "segmenter", "max_length", "tp_start", "tp_exit",
-    "output_layer", "placeholder_init", "keep_sink", "summary", "max_blocks",
-    "min_block_tokens", "long_budget", "short_budget", "bare_prefix",
-    "dtype", "padding_side",
-}
+ENCODER_KEYS = (set(SETTING_KEYS) - {"preset", "overflow"}) | {"dtype", "padding_side"}
+"""Variant keys passed to the encoder: the HTPConfig settings, and dtype and padding side."""
 RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
 
 # The ablation groups, each a list of ``name:key=value,...`` variant specs.

@@ -162,3 +162,11 @@ def test_config_command_prints_the_resolved_config(tmp_path, capsys) -> None:  #
     bad.write_text("[1]")
     with pytest.raises(SystemExit, match="--config .*bad.json"):
         main(["layout", "x", "--config", str(bad)])
+
+
+def test_record_names_every_setting_of_the_config() -> None:
+    """A setting added to HTPConfig later appears in the record (the key of caches and
+    result files) whenever it is off its default, so no two configs share a record."""
+    from htp_retrieval.encoder import _RECORDED_KEYS
+
+    assert set(SETTING_KEYS) == set(_RECORDED_KEYS)  # today every setting has its rule
