@@ -72,6 +72,15 @@ _SETTING_DEFAULTS: dict[str, Any] = {
     f.name: f.default for cls in (HTPConfig, BlockPolicy) for f in dataclasses.fields(cls)
     if f.default is not dataclasses.MISSING}
 
+
+
+def unrecorded_settings(config: HTPConfig, recorded: frozenset[str]) -> dict[str, Any]:
+    """The settings of ``config`` outside ``recorded`` that differ from their field default
+    (flat names, budgets as lists): what :meth:`HTPEncoder.record` adds for them."""
+    return {k: v for k, v in config.flat().items()
+            if k not in recorded and v != _SETTING_DEFAULTS.get(k, dataclasses.MISSING)}
+
+
 RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
 """Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
 
@@ -1460,8 +1469,7 @@ class HTPEncoder:
         resolved dtype (for results files and caches; settings at their historical defaults
         are left out so that earlier results and caches keep their keys)."""
         s = self.spec
-        newer = {k: v for k, v in self._config.flat().items()  # settings added since
-                 if k not in _RECORDED_KEYS and v != _SETTING_DEFAULTS.get(k)}
+        newer = unrecorded_settings(self._config, _RECORDED_KEYS)  # settings added since
         return {
             **newer,
             "model": self.model_name,
