@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -1144,16 +1145,39 @@ def ingest(
             (:class:`SettingsConflictError`).
         ImportError: if a new collection's packaged model is not installed.
         ConnectionError: if the Chroma server does not answer.
+
+    A collection this call created is removed again when the call raises before anything
+    was written to it (e.g. the first batch holds a document over ``max_length`` with
+    ``overflow="error"``), so an empty collection never keeps the failed settings; anything
+    written stays, and a rerun resumes.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    from tqdm.auto import tqdm
-
     check_collection_name(collection)
     src = check_documents(source, include)
     listing = None if corpus_file(src) is not None else list_folder(src, include)
     client = make_client(db)
-    col, ef, _ = prepare_collection(client, collection, embedding_function=embedding_function)
+    col, ef, created = prepare_collection(client, collection,
+                                          embedding_function=embedding_function)
+    try:
+        return _ingest_into(col, ef, src, listing, include, collection, batch_size=batch_size,
+                            show_progress=show_progress, on_batch=on_batch, prune=prune)
+    except Exception:
+        if created and col.count() == 0:  # made by this call, nothing in it: remove it,
+            client.delete_collection(collection)  # so a rerun may use other settings
+            logging.getLogger(__name__).warning(
+                "ingest into the new collection %r stopped before writing anything: removed "
+                "it, so a rerun (with other settings too) starts clean", collection)
+        raise
+
+
+def _ingest_into(col: Any, ef: HTPEmbeddingFunction, src: Any, listing: Any, include: Any,
+                 collection: str, *, batch_size: int, show_progress: bool,
+                 on_batch: Callable[[IngestReport], object] | None, prune: bool
+                 ) -> IngestReport:
+    """The body of :func:`ingest` once the collection is open."""
+    from tqdm.auto import tqdm
+
     report = IngestReport(collection, skipped=list(listing.skipped) if listing else [])
     total = len(listing.files) if listing else count_source(src)
     batch: list[SourceDoc] = []

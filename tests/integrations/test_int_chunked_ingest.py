@@ -254,6 +254,10 @@ def test_truncation_is_named_and_old_collections_keep_their_settings(
     assert main([*base, "--collection", "refused", *model, "--chunking", "none",
                  "--overflow", "error", "--max-length", "64"]) == 2
     assert "long.txt" not in capsys.readouterr().out
+    assert "refused" not in [c.name for c in make_client(str(db)).list_collections()]
+    assert main([*base, "--collection", "refused", *model, "--chunking", "none",
+                 "--max-length", "64"]) == 0  # the failed settings were not kept
+    capsys.readouterr()
     assert main([*base, "--collection", "whole", *model, "--chunking", "none",
                  "--max-length", "64"]) == 0
     assert "truncated" not in capsys.readouterr().err
