@@ -128,17 +128,12 @@ def _settings_args(args: argparse.Namespace, cmd: str) -> dict[str, Any]:
 
 def _config_file(path: str, cmd: str) -> Any:
     """``--config FILE``: an HTPConfig JSON, or a results JSON holding one."""
-    import json
-
-    from htp_retrieval.config import HTPConfig
+    from htp_retrieval.config import read_config_file
 
     try:
-        raw = json.loads(Path(path).read_text())
-        return HTPConfig.from_dict(raw.get("htp_config", raw) if isinstance(raw, dict) else raw)
-    except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise SystemExit(f"htp-retrieval {cmd}: --config {path}: {e} (expected the JSON of "
-                         "HTPConfig.to_json(), as htp-retrieval config writes, or a results "
-                         "JSON with an 'htp_config' key)") from e
+        return read_config_file(path)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"htp-retrieval {cmd}: --config {path}: {e}") from e
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
@@ -445,6 +440,16 @@ def main(argv: list[str] | None = None) -> int:
                    "needle/passkey whole documents, otherwise 512)")
     p.set_defaults(func=cmd_blocks)
 
+    return run_parsed(parser, argv)
+
+
+def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``, kept as ``args.argv`` for the recorded
+    command), silence every progress bar under ``--quiet``, and run the subcommand.
+
+    Returns:
+        The subcommand's exit status.
+    """
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     if getattr(args, "quiet", False):  # every bar, model loading included

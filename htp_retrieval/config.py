@@ -385,7 +385,7 @@ class HTPConfig:
                 return given[key]
             return pre[key] if key in pre else default
 
-        family = layer_preset(model_type) if model_type else layer_preset("")
+        family = layer_preset(model_type or "")
         summary = given.get("summary") or pre.get("summary") or spec.summary
         blocks = BlockPolicy(**_budgets({
             "k": pick("k", spec.sentences_per_block),
@@ -459,6 +459,46 @@ def _preset_settings(preset: str | Path | Mapping[str, Any] | None, spec: Method
         keep = LAYER_KEYS if spec.placeholders == "tp" else ("output_layer",)
         pre = {k: v for k, v in pre.items() if k in keep}
     return pre, name
+
+
+def read_config_file(path: str | Path) -> HTPConfig:
+    """Read a saved :class:`~htp_retrieval.config.HTPConfig` from a JSON file.
+
+    Args:
+        path: A JSON file holding a config (:meth:`~htp_retrieval.config.HTPConfig.to_json`,
+            nested or flat keys), or a results JSON holding one under ``"htp_config"`` (at
+            the top level or inside its ``"config"`` record).
+
+    Returns:
+        The config, used as is.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: if it is not JSON or holds no valid config (the message names the file).
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {p} (give a JSON file written from "
+                                "encoder.config.to_json(), or a results JSON)")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"config file {p} is not JSON ({e}): give a file written from "
+                         "encoder.config.to_json(), or a results JSON") from None
+    data: Any = raw
+    if isinstance(raw, dict) and "htp_config" in raw:
+        data = raw["htp_config"]
+    elif isinstance(raw, dict) and isinstance(raw.get("config"), dict) and (
+            "htp_config" in raw["config"]):
+        data = raw["config"]["htp_config"]
+    if not isinstance(data, dict) or "method" not in data:
+        raise ValueError(f"config file {p} holds no HTPConfig: expected a JSON object with "
+                         "method, max_length, layers, ... (encoder.config.to_json()) or a "
+                         "results JSON with an 'htp_config' key")
+    try:
+        return HTPConfig.from_dict(data)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"config file {p} holds an invalid HTPConfig: {e}") from None
 
 
 def read_preset(path: str | Path) -> tuple[dict[str, Any], int | None]:
@@ -537,4 +577,4 @@ def scale_layers(settings: dict[str, Any], from_layers: int, to_layers: int) -> 
 
 
 __all__ = ["HTPConfig", "LayerRange", "BlockPolicy", "SETTING_KEYS", "PRESET_KEYS",
-           "read_preset", "scale_layers", "check_settings"]
+           "read_config_file", "read_preset", "scale_layers", "check_settings"]

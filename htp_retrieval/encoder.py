@@ -493,7 +493,8 @@ class HTPEncoder:
         self._config = cfg
         self.exit_layer = exit_layer
         spec = cfg.spec
-        self.spec: MethodSpec = self._st_spec(spec, self.st) if self.st is not None else spec
+        self.spec: MethodSpec = (spec if self.st is None else
+                                 self._st_spec(spec, self.st, log=old is None))
         keep_sink = cfg.keep_sink
         sink = self.sink_id
         self.sink_ids: tuple[int, ...] = (sink,) if sink is not None and keep_sink else ()
@@ -556,7 +557,7 @@ class HTPEncoder:
         return TemplateIds()
 
     @staticmethod
-    def _st_spec(spec: MethodSpec, st: STSettings) -> MethodSpec:
+    def _st_spec(spec: MethodSpec, st: STSettings, *, log: bool = True) -> MethodSpec:
         """The method as it runs on a sentence-transformers model: the model's pooling.
 
         Raises:
@@ -568,6 +569,8 @@ class HTPEncoder:
                              "template, which a finetuned embedding model was not trained on; "
                              "use vanilla or htp")
         out = replace(spec, pooling=st.pooling)
+        if not log:
+            return out
         logger.info(
             "%s is a sentence-transformers model: method %r runs with its own %s pooling%s, "
             "the last layer (no early exit) and its prompts%s",

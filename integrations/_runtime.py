@@ -202,17 +202,8 @@ class EncoderConfig:
             return cls(model, method, max_length, device, concrete, overflow,
                        tuple(sorted(extra.items())))
         cfg = HTPConfig.from_json(htp_config) if isinstance(htp_config, str) else htp_config
-        from htp_retrieval.methods import get_method
-
-        given = {"method": get_method(method).name, "max_length": max_length,
-                 "overflow": overflow}
-        bad = [f"{k}={v!r} (config: {getattr(cfg, k)!r})" for k, v in given.items()
-               if v is not None and v != getattr(cfg, k)]
-        settings = sorted(set(extra) & set(SETTING_KEYS))
-        if bad or settings:
-            raise ValueError(f"encoder settings {', '.join(bad + settings)} disagree with the "
-                             "given htp_config: pass them inside the config "
-                             "(HTPConfig.replace) instead")
+        check_follows_config(cfg, {"method": method, "max_length": max_length,
+                                   "overflow": overflow}, extra)
         return cls(model, cfg.method, cfg.max_length, device, concrete, cfg.overflow,
                    tuple(sorted(extra.items())), cfg.to_json())
 
@@ -223,6 +214,38 @@ class EncoderConfig:
         runtime = tuple((k, v) for k, v in self.extra if k not in SETTING_KEYS)
         return EncoderConfig(self.model, cfg.method, cfg.max_length, self.device, self.dtype,
                              cfg.overflow, runtime, cfg.to_json())
+
+
+def check_follows_config(cfg: HTPConfig, given: Mapping[str, Any],
+                         encoder_kwargs: Mapping[str, Any]) -> None:
+    """Refuse settings that would be ignored beside a whole config.
+
+    Args:
+        cfg: The config in use.
+        given: ``method``, ``max_length``, ``overflow`` as the caller set them (``None``:
+            not set; a method alias counts as its canonical name).
+        encoder_kwargs: Further encoder keywords; none may be a setting
+            (:data:`~htp_retrieval.config.SETTING_KEYS`).
+
+    Raises:
+        ValueError: naming the first value that differs from the config, or the setting
+            keys in ``encoder_kwargs``, with the fix (``config.replace(...)``).
+    """
+    from htp_retrieval.methods import get_method
+
+    for name, value in given.items():
+        if value is None:
+            continue
+        same = get_method(value).name if name == "method" else value
+        if same != getattr(cfg, name):
+            raise ValueError(f"{name}={value!r} conflicts with config {name} "
+                             f"{getattr(cfg, name)!r}: leave {name} out (it follows the "
+                             f"config) or pass config.replace({name}=...)")
+    settings = sorted(set(encoder_kwargs) & set(SETTING_KEYS))
+    if settings:
+        raise ValueError(f"encoder_kwargs settings {settings} conflict with config (it holds "
+                         f"every setting): pass config.replace("
+                         f"{', '.join(f'{k}=...' for k in settings)}) instead")
 
 
 def split_settings(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -301,46 +324,6 @@ def as_htp_config(value: Any) -> HTPConfig | None:
         return HTPConfig.from_dict(value)
     raise ValueError(f"config must be an HTPConfig, its to_dict() or its to_json(), got "
                      f"{type(value).__name__}")
-
-
-def read_config_file(path: str | os.PathLike[str]) -> HTPConfig:
-    """Read a saved :class:`~htp_retrieval.config.HTPConfig` from a JSON file.
-
-    Args:
-        path: A JSON file holding a config (:meth:`~htp_retrieval.config.HTPConfig.to_json`,
-            nested or flat keys), or a results JSON holding one under ``"htp_config"`` (at
-            the top level or inside its ``"config"`` record).
-
-    Returns:
-        The config, used as is.
-
-    Raises:
-        FileNotFoundError: if the file does not exist.
-        ValueError: if it is not JSON or holds no valid config (the message names the file).
-    """
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"config file not found: {p} (give a JSON file written from "
-                                "encoder.config.to_json(), or a results JSON)")
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"config file {p} is not JSON ({e}): give a file written from "
-                         "encoder.config.to_json(), or a results JSON") from None
-    data: Any = raw
-    if isinstance(raw, dict) and "htp_config" in raw:
-        data = raw["htp_config"]
-    elif isinstance(raw, dict) and isinstance(raw.get("config"), dict) and (
-            "htp_config" in raw["config"]):
-        data = raw["config"]["htp_config"]
-    if not isinstance(data, dict) or "method" not in data:
-        raise ValueError(f"config file {p} holds no HTPConfig: expected a JSON object with "
-                         "method, max_length, layers, ... (encoder.config.to_json()) or a "
-                         "results JSON with an 'htp_config' key")
-    try:
-        return HTPConfig.from_dict(data)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"config file {p} holds an invalid HTPConfig: {e}") from None
 
 
 def check_texts(texts: Any) -> None:

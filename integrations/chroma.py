@@ -43,6 +43,7 @@ from htp_retrieval.integrations._runtime import (
     as_htp_config,
     canonical_dtype,
     check_device,
+    check_follows_config,
     check_model,
     check_texts,
     resolve_config_cheaply,
@@ -202,18 +203,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         htp = as_htp_config(config)
         encoder_kwargs = dict(encoder_kwargs or {})
         if htp is not None:
-            given = {"method": None if method is None else get_method(method).name,
-                     "max_length": max_length, "overflow": overflow}
-            for name, value in given.items():
-                if value is not None and value != getattr(htp, name):
-                    raise ValueError(f"{name}={value!r} conflicts with config {name} "
-                                     f"{getattr(htp, name)!r}: leave {name} out (it follows "
-                                     f"the config) or pass config.replace({name}=...)")
-            settings, _ = split_settings(encoder_kwargs)
-            if settings:
-                raise ValueError(f"encoder_kwargs settings {sorted(settings)} conflict with "
-                                 "config (it holds every setting): pass config.replace("
-                                 f"{', '.join(f'{k}=...' for k in sorted(settings))}) instead")
+            check_follows_config(htp, {"method": method, "max_length": max_length,
+                                       "overflow": overflow}, encoder_kwargs)
             method, max_length, overflow = htp.method, htp.max_length, htp.overflow
         method = "htp" if method is None else method
         overflow = "window" if overflow is None else overflow

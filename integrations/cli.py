@@ -131,9 +131,9 @@ def _config_file(path: str) -> Any:
 
     Raises:
         FileNotFoundError, ValueError: naming the file
-            (:func:`~htp_retrieval.integrations._runtime.read_config_file`).
+            (:func:`~htp_retrieval.config.read_config_file`).
     """
-    from htp_retrieval.integrations._runtime import read_config_file
+    from htp_retrieval.config import read_config_file
 
     try:
         return read_config_file(path)

@@ -21,6 +21,7 @@ from htp_retrieval.integrations._runtime import (
     as_htp_config,
     canonical_dtype,
     check_device,
+    check_follows_config,
     check_texts,
     shared_encoder,
 )
@@ -256,24 +257,11 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         cfg = self.config
         if cfg is None:
             return self
-        explicit = self.model_fields_set
-        for name in ("method", "max_length", "overflow"):
-            value = getattr(self, name)
-            if name == "method":
-                from htp_retrieval.methods import get_method
-
-                value = get_method(value).name
-            if name in explicit and value != getattr(cfg, name):
-                raise ValueError(f"{name}={getattr(self, name)!r} conflicts with config "
-                                 f"{name} {getattr(cfg, name)!r}: leave {name} out (it "
-                                 f"follows the config) or pass config.replace({name}=...)")
-            # set without validation: these follow the config, and stay unset by the user
+        names = ("method", "max_length", "overflow")
+        check_follows_config(cfg, {n: getattr(self, n) for n in names
+                                   if n in self.model_fields_set}, self.encoder_kwargs)
+        for name in names:  # set without validation: they follow the config, unset by the user
             self.__dict__[name] = getattr(cfg, name)
-        settings = sorted(set(self.encoder_kwargs) & set(SETTING_KEYS))
-        if settings:
-            raise ValueError(f"encoder_kwargs settings {settings} conflict with config (it "
-                             f"holds every setting): pass config.replace("
-                             f"{', '.join(f'{k}=...' for k in settings)}) instead")
         return self
 
     @classmethod
@@ -520,7 +508,6 @@ def check_encoder_kwargs(kwargs: dict[str, Any]) -> None:
     Raises:
         ValueError: naming the unknown keys and the accepted ones.
     """
-    from htp_retrieval.config import SETTING_KEYS
     from htp_retrieval.encoder import RUNTIME_KEYS
 
     own = {"model", "method", "max_length", "overflow", "device", "dtype"}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
+from htp_retrieval.cli import run_parsed
 from research.analysis import add_subcommands
 
 
@@ -22,13 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add_subcommands(sub)
-    args = parser.parse_args(argv)
-    args.argv = list(argv) if argv is not None else sys.argv[1:]
-    if getattr(args, "quiet", False):  # every bar, model loading included
-        from htp_retrieval.integrations.cli import quiet_loading
-
-        quiet_loading()
-    return int(args.func(args))
+    return run_parsed(parser, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,8 +17,7 @@ import pytest
 pytest.importorskip("chromadb")
 
 from htp_retrieval import HTPEncoder  # noqa: E402
-from htp_retrieval.config import HTPConfig  # noqa: E402
-from htp_retrieval.integrations._runtime import read_config_file  # noqa: E402
+from htp_retrieval.config import HTPConfig, read_config_file  # noqa: E402
 from htp_retrieval.integrations.chroma import (  # noqa: E402
     HTPEmbeddingFunction,
     collection_embedding_function,
