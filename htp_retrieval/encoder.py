@@ -10,12 +10,14 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
 import itertools
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -81,7 +83,7 @@ def unrecorded_settings(config: HTPConfig, recorded: frozenset[str]) -> dict[str
             if k not in recorded and v != _SETTING_DEFAULTS.get(k, dataclasses.MISSING)}
 
 
-RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
+RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window", "prepare_workers")
 """Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
 
 
@@ -188,6 +190,8 @@ class BatchInputs:
         plan: Copy indices of the placeholders, or ``None`` for methods without copies.
         last: Position read by last-token pooling per row ``[batch]``, else ``None``.
         width: Padded length of the batch, in tokens.
+        has_placeholders: Whether any row holds a ``<PST>``/``<B-PST>`` (read on the
+            host, so the forward pass needs no device-to-host check).
     """
 
     ids: torch.Tensor
@@ -197,6 +201,7 @@ class BatchInputs:
     plan: CopyPlan | None
     last: torch.Tensor | None
     width: int
+    has_placeholders: bool = True
 
 
 _DONE = object()
@@ -237,6 +242,83 @@ def _offsets_array(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
     flat = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64,
                        count=2 * len(offsets))
     return flat.reshape(-1, 2)
+
+
+AUTO_WINDOW_BATCHES = 4
+"""``prepare_window="auto"``: about this many batches' worth of text per window."""
+CHARS_PER_TOKEN = 4
+"""Characters per token assumed when sizing an automatic window (English BPE: about 4)."""
+
+
+def _check_window(window: Any) -> int | Literal["auto"] | None:
+    if window is None or window == "auto":
+        return window
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"prepare_window must be an int >= 1, 'auto' or None, got {window!r}")
+    return window
+
+
+def auto_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: int
+                 ) -> list[tuple[int, int]]:
+    """Consecutive ``[start, end)`` groups of texts of about :data:`AUTO_WINDOW_BATCHES`
+    batches' worth of tokens each, estimated from characters before tokenizing.
+
+    Each text counts ``min(characters, max_length x 2 x CHARS_PER_TOKEN)`` (longer text
+    is cut or windowed anyway); a window holds at least one text. Sized so the next
+    window's preparation overlaps a few forward passes, while each window still has
+    enough texts for length-sorted batches with little padding.
+
+    Args:
+        texts: The texts of one call.
+        max_tokens_per_batch: Padded tokens per batch.
+        max_length: Text tokens per text.
+
+    Returns:
+        The windows, covering ``range(len(texts))`` in order.
+    """
+    budget = AUTO_WINDOW_BATCHES * max_tokens_per_batch * CHARS_PER_TOKEN
+    cap = max_length * 2 * CHARS_PER_TOKEN
+    windows: list[tuple[int, int]] = []
+    start, used = 0, 0
+    for i, t in enumerate(texts):
+        size = min(len(t), cap)
+        if i > start and used + size > budget:
+            windows.append((start, i))
+            start, used = i, 0
+        used += size
+    if texts:
+        windows.append((start, len(texts)))
+    return windows
+
+
+_WORKER_ENCODER: HTPEncoder | None = None
+"""In a ``prepare_workers`` process: an encoder over a weightless (meta-device) copy of the
+model, used for :meth:`HTPEncoder.build_layouts` only."""
+
+
+def _init_worker(model_config: Any, tokenizer: Any, config: HTPConfig,
+                 runtime: dict[str, Any]) -> None:
+    global _WORKER_ENCODER
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # the architecture without weights: layouts never read them
+        model = AutoModelForCausalLM.from_config(model_config)
+    _WORKER_ENCODER = HTPEncoder(model, config, tokenizer=tokenizer, **runtime)
+
+
+def _worker_layouts(texts: list[str], instruction: str | None
+                    ) -> tuple[list[Layout], EncodeStats]:
+    assert _WORKER_ENCODER is not None
+    stats = EncodeStats()
+    return _WORKER_ENCODER.build_layouts(texts, instruction=instruction, stats=stats), stats
+
+
+_INDEX = re.compile(r"(text at index )(\d+)")
+
+
+def _shift_indices(message: str, offset: int) -> str:
+    """``message`` with each "text at index i" made "text at index i + offset"."""
+    return _INDEX.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}", message)
 
 
 class Prefetcher(Iterator[Any]):
@@ -363,8 +445,12 @@ class HTPEncoder:
             default the sentence-transformers tokenizer's side, else ``right``),
             ``max_padding`` (rows of a batch are at least ``(1 - max_padding)`` x its widest
             row; default 0.1), ``pipeline`` (prepare batch n+1 in a thread while batch n
-            runs; default on for CUDA only) and ``prepare_window`` (lay out this many
-            texts at a time; default all of a call).
+            runs; default on for CUDA only), ``prepare_window`` (lay out this many
+            texts at a time, or ``"auto"``: about four batches' worth, :func:`auto_windows`;
+            default all of a call) and ``prepare_workers`` (tokenize, split sentences
+            and lay out windows of texts in this many worker processes while the forward
+            pass runs here, :meth:`start_workers`; windows default to ``"auto"`` then;
+            default 0: in this process; the layouts are the same either way).
 
     Raises:
         TypeError: for an unknown setting name (the message lists the valid ones).
@@ -455,10 +541,16 @@ class HTPEncoder:
         if not 0.0 <= max_padding <= 1.0:
             raise ValueError(f"max_padding must be in [0, 1], got {max_padding}")
         self.max_padding = max_padding
-        prepare_window = runtime.get("prepare_window")
-        if prepare_window is not None and prepare_window < 1:
-            raise ValueError(f"prepare_window must be >= 1 or None, got {prepare_window}")
-        self.prepare_window = prepare_window
+        self.prepare_window: int | Literal["auto"] | None = _check_window(
+            runtime.get("prepare_window"))
+        prepare_workers = int(runtime.get("prepare_workers") or 0)
+        if prepare_workers < 0:
+            raise ValueError(f"prepare_workers must be >= 0, got {prepare_workers}")
+        if prepare_workers and is_st_folder(model):
+            raise ValueError("prepare_workers is not supported for sentence-transformers "
+                             "folders yet: leave it at 0")
+        self.prepare_workers = prepare_workers
+        self._workers: Any = None  # the ProcessPoolExecutor, started on first use
         dev = self.model.get_input_embeddings().weight.device
         pipeline = runtime.get("pipeline")
         self.pipeline: bool = dev.type == "cuda" if pipeline is None else bool(pipeline)
@@ -505,6 +597,8 @@ class HTPEncoder:
         self.template = self._template_ids()
         if old is not None and old.segmenter != cfg.segmenter:
             self._segmenter = None
+        if old is not None and old != cfg:
+            self.close()  # workers hold the old config
         if old is not None and old.placeholder_init != cfg.placeholder_init:
             self._init_vec = None
 
@@ -901,7 +995,10 @@ class HTPEncoder:
             offsets.append(off)
             ids[r, off : off + len(lay)] = lay.input_ids
             mask[r, off : off + len(lay)] = 1
+            if self.spec.pooling == "mean" and not len(lay.pool_positions):
+                raise ValueError("mean pooling: a row has no text token to average")
             pool[r, np.asarray(lay.pool_positions, dtype=np.int64) + off] = 1.0
+        has_ph = bool(np.isin(ids, (self.pst_id, self.bpst_id)).any())
         cuda = dev.type == "cuda"
 
         def move(x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -934,7 +1031,7 @@ class HTPEncoder:
                                       for lay, o in zip(layouts, offsets)]))
         return BatchInputs(ids=move(ids), attention_mask=attention_mask,
                            position_ids=position_ids, pool=move(pool), plan=plan,
-                           last=last, width=width)
+                           last=last, width=width, has_placeholders=has_ph)
 
     @torch.inference_mode()
     def _forward(
@@ -958,7 +1055,7 @@ class HTPEncoder:
         with torch.profiler.record_function("htp.pool"):
             hidden = hidden.to(dev)  # a no-op unless device_map put the exit layer elsewhere
             if self.spec.pooling == "mean":
-                vecs = mean_pool(hidden, batch.pool)
+                vecs = mean_pool(hidden, batch.pool, check=False)  # checked on the host
             else:
                 assert batch.last is not None
                 vecs = last_pool(hidden, batch.last)
@@ -977,10 +1074,10 @@ class HTPEncoder:
         dev = ids.device
         emb = self.model.get_input_embeddings()
         vocab_rows = emb.weight.shape[0]
-        is_ph = (ids == self.pst_id) | (ids == self.bpst_id)
         embeds = emb(ids.clamp(max=vocab_rows - 1))
-        if bool(is_ph.any()):
-            embeds[is_ph] = self._placeholder_vector()
+        if batch.has_placeholders:  # where(), not a boolean index: no device sync
+            is_ph = (ids == self.pst_id) | (ids == self.bpst_id)
+            embeds = torch.where(is_ph.unsqueeze(-1), self._placeholder_vector(), embeds)
         timings: dict[str, float] | None = (
             {} if stats is not None and dev.type == "cpu" else None
         )
@@ -1018,14 +1115,8 @@ class HTPEncoder:
         ``prepare_timeline`` (seconds since ``origin``, a ``time.perf_counter()`` value) to
         ``stats``; the forward loop writes other fields only.
         """
-        for a, b in windows:
-            t0 = time.perf_counter()
+        for a, _b, layouts, t0 in self._window_layouts(texts, windows, instruction, stats):
             begin = t0  # the window's layout counts toward its first batch
-            n_cut = len(stats.truncated)
-            with torch.profiler.record_function("htp.prepare"):
-                layouts = self.build_layouts(texts[a:b], instruction=instruction, stats=stats)
-            stats.truncated[n_cut:] = [(a + i, n) for i, n in stats.truncated[n_cut:]]
-            stats.prepare_seconds += time.perf_counter() - t0
             stats.text_tokens += sum(lay.n_text_tokens for lay in layouts)
             stats.input_tokens += sum(len(lay) for lay in layouts)
             lengths = [len(lay) for lay in layouts]
@@ -1039,6 +1130,95 @@ class HTPEncoder:
                 yield [a + i for i in idx], inputs
                 begin = time.perf_counter()
 
+    def _window_layouts(
+        self,
+        texts: Sequence[str],
+        windows: Sequence[tuple[int, int]],
+        instruction: str | None,
+        stats: EncodeStats,
+    ) -> Iterator[tuple[int, int, list[Layout], float]]:
+        """The layouts of each window in order: ``(start, end, layouts, t0)``, ``t0`` the
+        ``perf_counter`` time this process began waiting for (or making) them.
+
+        In this process, or with ``prepare_workers`` in the worker processes, at most
+        ``prepare_workers + 1`` windows ahead. Adds ``prepare_seconds`` (time this process
+        spent on, or waiting for, preparation), the step times (summed over the workers)
+        and the truncations (indices into ``texts``) to ``stats``. A worker's
+        ``ValueError`` is raised here with the text's index in ``texts``.
+        """
+        pending: collections.deque[tuple[int, int, Any]] = collections.deque()
+        todo = iter(windows)
+        pool = self._worker_pool() if self.prepare_workers else None
+
+        def submit() -> None:
+            nxt = next(todo, None)
+            if nxt is not None and pool is not None:
+                a, b = nxt
+                pending.append((a, b, pool.submit(_worker_layouts, list(texts[a:b]),
+                                                  instruction)))
+            elif nxt is not None:
+                pending.append((*nxt, None))
+
+        for _ in range(self.prepare_workers + 1):
+            submit()
+        while pending:
+            a, b, fut = pending.popleft()
+            t0 = time.perf_counter()
+            n_cut = len(stats.truncated)
+            try:
+                with torch.profiler.record_function("htp.prepare"):
+                    if fut is None:
+                        layouts = self.build_layouts(texts[a:b], instruction=instruction,
+                                                     stats=stats)
+                    else:
+                        layouts, part = fut.result()
+                        stats.tokenize_seconds += part.tokenize_seconds
+                        stats.segment_seconds += part.segment_seconds
+                        stats.layout_seconds += part.layout_seconds
+                        stats.truncated.extend(part.truncated)
+            except ValueError as e:
+                raise ValueError(_shift_indices(str(e), a)) from e
+            stats.truncated[n_cut:] = [(a + i, n) for i, n in stats.truncated[n_cut:]]
+            stats.prepare_seconds += time.perf_counter() - t0
+            submit()
+            yield a, b, layouts, t0
+
+    def _worker_pool(self) -> Any:
+        """The preparation processes (spawned on first use; :meth:`start_workers`)."""
+        if self._workers is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: this process may hold CUDA state and tokenizer threads
+            self._workers = ProcessPoolExecutor(
+                self.prepare_workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self.model.config, self.tokenizer, self._config,
+                          {"padding_side": self.padding_side}))
+        return self._workers
+
+    def start_workers(self) -> None:
+        """Start the ``prepare_workers`` processes now (a few seconds: each imports torch
+        and transformers and loads the tokenizer and segmenter), so the first
+        :meth:`encode` does not wait for them; no-op without workers."""
+        if self.prepare_workers:
+            pool = self._worker_pool()
+            list(pool.map(_worker_layouts, [["Start."]] * (2 * self.prepare_workers),
+                          [None] * (2 * self.prepare_workers)))
+
+    def close(self) -> None:
+        """Stop the ``prepare_workers`` processes (idempotent; the next call that needs
+        them starts them again)."""
+        pool, self._workers = getattr(self, "_workers", None), None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
     def encode(
         self,
         texts: Sequence[str],
@@ -1050,7 +1230,7 @@ class HTPEncoder:
         normalize: bool | None = None,
         progress: Callable[[int], object] | None = None,
         pipeline: bool | None = None,
-        prepare_window: int | None = None,
+        prepare_window: int | Literal["auto"] | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
     ) -> np.ndarray:
@@ -1204,7 +1384,7 @@ class HTPEncoder:
         normalize: bool = False,
         progress: Callable[[int], object] | None = None,
         pipeline: bool | None = None,
-        prepare_window: int | None = None,
+        prepare_window: int | Literal["auto"] | None = None,
         progress_idx: Callable[[list[int]], object] | None = None,
     ) -> np.ndarray:
         """Embed texts of at most ``max_length`` tokens each (longer ones are truncated and
@@ -1230,7 +1410,8 @@ class HTPEncoder:
             pipeline: Prepare the next batch in a background thread (default: the
                 encoder's ``pipeline``).
             prepare_window: Lay out and batch the texts in windows of this many
-                consecutive texts (default: the encoder's, ``None``: all texts at once).
+                consecutive texts, or ``"auto"`` (:func:`auto_windows`: about four batches'
+                worth each) (default: the encoder's, ``None``: all texts at once).
                 Windows let preparation overlap the forward pass from the second window
                 on; batches are then length-sorted within each window, so for more texts
                 than one window they differ from the default batches (the vectors agree up
@@ -1254,12 +1435,17 @@ class HTPEncoder:
             if not t.strip():
                 raise ValueError(f"text at index {i} is empty or whitespace-only")
         pipeline = self.pipeline if pipeline is None else pipeline
-        window = self.prepare_window if prepare_window is None else prepare_window
-        if window is not None and window < 1:
-            raise ValueError(f"prepare_window must be >= 1 or None, got {window}")
+        window = _check_window(self.prepare_window if prepare_window is None
+                               else prepare_window)
         n = len(texts)
-        step = n if window is None else window
-        windows = [(a, min(a + step, n)) for a in range(0, n, step)]
+        if window is None and self.prepare_workers:
+            window = "auto"  # one window of all texts would leave the workers idle
+        if window == "auto":
+            windows = auto_windows(texts, max_tokens_per_batch or self.max_tokens_per_batch,
+                                   self.max_length)
+        else:
+            step = n if window is None else window
+            windows = [(a, min(a + step, n)) for a in range(0, n, step)]
         stats = EncodeStats(n_texts=n, pipelined=bool(pipeline))
         source = self._prepared_batches(
             texts, windows, instruction=instruction,
@@ -1271,6 +1457,30 @@ class HTPEncoder:
 
         batches: Iterator[tuple[list[int], BatchInputs]] = (
             Prefetcher(source, depth=1) if pipeline else source)
+        # On CUDA a batch's vectors come back through a pinned buffer and an event, and the
+        # loop waits for batch n only after queueing batch n+1: the device never idles
+        # while the host reads results back (no per-batch synchronisation).
+        pending: collections.deque[tuple[list[int], torch.Tensor, Any, float, int]] = (
+            collections.deque())
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                idx, host, event, start, width = pending.popleft()
+                tw = time.perf_counter()
+                if event is not None:
+                    event.synchronize()
+                out[idx] = host.numpy()
+                done = time.perf_counter()
+                stats.forward_seconds += done - tw
+                stats.timeline.append((start - t0, done - t0))
+                stats.padded_tokens += len(idx) * width
+                stats.batches.append((len(idx), width))
+                bar.update(len(idx))
+                if progress is not None:
+                    progress(len(idx))
+                if progress_idx is not None:
+                    progress_idx(idx)
+
         try:
             with tqdm(total=n, disable=not show_progress_bar, desc="encode",
                       unit="text") as bar, self._lock:
@@ -1289,17 +1499,19 @@ class HTPEncoder:
                     with torch.profiler.record_function("htp.pool"):
                         if normalize:
                             vecs = torch.nn.functional.normalize(vecs, dim=-1)
-                        out[idx] = vecs.cpu().numpy()
+                        event = None
+                        if vecs.device.type == "cuda":
+                            host = torch.empty(vecs.shape, dtype=vecs.dtype, pin_memory=True)
+                            host.copy_(vecs, non_blocking=True)
+                            event = torch.cuda.Event()
+                            event.record()
+                        else:
+                            host = vecs.cpu()
                     stats.forward_seconds += t2 - t1 - (stats.pool_seconds - pooled_before)
                     stats.pool_seconds += time.perf_counter() - t2
-                    stats.padded_tokens += len(idx) * inputs.width
-                    stats.batches.append((len(idx), inputs.width))
-                    stats.timeline.append((t1 - t0, time.perf_counter() - t0))
-                    bar.update(len(idx))
-                    if progress is not None:
-                        progress(len(idx))
-                    if progress_idx is not None:
-                        progress_idx(idx)
+                    pending.append((idx, host, event, t1, inputs.width))
+                    drain(keep=1 if event is not None else 0)
+                drain(keep=0)
         finally:
             if isinstance(batches, Prefetcher):
                 batches.close()

@@ -8,13 +8,17 @@ _CHUNK_ELEMENTS = 1 << 22
 """Float32 elements converted at a time by :func:`mean_pool` (16 MiB)."""
 
 
-def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
+def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor, *, check: bool = True
+              ) -> torch.Tensor:
     """Mean pooling over the positions selected by ``pool_mask``.
 
     Args:
         hidden: ``[batch, seq, hidden]`` hidden states.
         pool_mask: ``[batch, seq]``, 1 for text tokens to average, 0 elsewhere
             (placeholders, instruction, template and padding).
+        check: Raise for a row that selects nothing. The check reads a value back from
+            the device (a synchronisation on CUDA); pass ``False`` when the caller has
+            checked the mask on the host.
 
     Returns:
         ``[batch, hidden]`` float32 embeddings.
@@ -24,7 +28,7 @@ def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
     """
     mask = pool_mask.to(torch.float32)
     counts = mask.sum(dim=1, keepdim=True)
-    if bool((counts == 0).any()):
+    if check and bool((counts == 0).any()):
         raise ValueError("mean pooling: a row has no text token to average")
     # float32 sums, a few rows at a time: a float32 copy of the whole batch would double
     # the memory of the last hidden states

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder, Prefetcher
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 TEXTS = [
     "Graphene is a single layer of carbon. It conducts heat well.",
@@ -158,3 +162,58 @@ def test_build_layouts_restores_the_garbage_collector(tiny_llama) -> None:  # no
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_auto_windows_cover_texts_in_order(tiny_llama) -> None:  # noqa: ANN001
+    from htp_retrieval.encoder import AUTO_WINDOW_BATCHES, CHARS_PER_TOKEN, auto_windows
+
+    texts = ["a" * 100] * 50 + ["b" * 100_000] + ["c" * 10] * 3
+    wins = auto_windows(texts, max_tokens_per_batch=256, max_length=1024)
+    assert wins[0][0] == 0 and wins[-1][1] == len(texts)
+    assert all(a < b for a, b in wins) and all(w[1] == v[0] for w, v in zip(wins, wins[1:]))
+    budget = AUTO_WINDOW_BATCHES * 256 * CHARS_PER_TOKEN  # 4096 characters
+    assert wins[0] == (0, budget // 100)  # 40 texts of 100 characters fill the first
+    assert (50, 51) in wins  # a text over the budget (cut to its cap) gets its own window
+    assert auto_windows([], 256, 128) == []
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, batch_size=2, max_tokens_per_batch=64)
+    ref = enc.encode(TEXTS)
+    auto = enc.encode(TEXTS, pipeline=True, prepare_window="auto")
+    np.testing.assert_allclose(auto, ref, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="prepare_window"):
+        enc.encode(TEXTS, prepare_window="all")
+
+
+def test_prepare_workers_same_vectors_and_errors(tiny_llama) -> None:  # noqa: ANN001
+    """Layouts made in two worker processes give the in-process vectors; a worker's error
+    names the text's index in the whole call."""
+    docs = [json.loads(line) for line in
+            (DATA / "beir" / "scifact" / "corpus.jsonl").read_text().splitlines()[:60]]
+    texts = [f"{d['title']} {d['text']}" for d in docs] + TEXTS
+    model, tok = tiny_llama
+    ref = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, max_tokens_per_batch=256)
+    par = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, max_tokens_per_batch=256,
+                     prepare_workers=2)
+    try:
+        par.start_workers()
+        assert par._workers is not None
+        want = ref.encode(texts, prepare_window="auto")
+        got = par.encode(texts)  # windows default to "auto" with workers
+        st = par.last_stats
+        assert np.array_equal(got, want)
+        assert st.text_tokens == ref.last_stats.text_tokens > 0
+        assert st.tokenize_seconds > 0 and st.segment_seconds > 0  # from the workers
+        assert [t for t, _ in st.truncated] == [t for t, _ in ref.last_stats.truncated]
+        strict = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, overflow="error",
+                            max_tokens_per_batch=256, prepare_workers=2)
+        try:
+            mixed = TEXTS * 3 + texts[:1]  # the too-long text in the fourth window of 8
+            with pytest.raises(ValueError, match="text at index 30 has"):
+                strict.encode(mixed, prepare_window=8)
+        finally:
+            strict.close()
+    finally:
+        par.close()
+    assert par._workers is None
+    with pytest.raises(ValueError, match="prepare_workers"):
+        HTPEncoder(model, "htp", tokenizer=tok, prepare_workers=-1)

@@ -13,12 +13,14 @@ from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.bench import (
     RAW,
     RAW_FULL,
+    ST_MEAN,
     Bench,
     MethodFigures,
     check_targets,
     cut_layers,
     long_documents,
     measure_memory,
+    parse_variant,
     plot,
     ratios,
     raw_batches,
@@ -136,6 +138,15 @@ def test_ratios_and_targets(tmp_path: Path) -> None:
     assert checks == {"htp_time_vs_vanilla": False, "htp_memory_vs_vanilla": True,
                       "prepare_share": True, "vanilla_throughput_vs_raw": True,
                       "echo_time_vs_vanilla": True, "padding_fraction": True}
+    figs[ST_MEAN] = _fig(ST_MEAN, 12.0, 0)
+    setting["methods"] = {k: vars(v) for k, v in figs.items()}
+    setting["ratios"] = ratios(figs)
+    gpu = {t["target"]: (round(t["value"], 3), t["ok"])
+           for t in check_targets(setting, "cuda:0")}
+    assert gpu["vanilla_throughput_vs_raw"] == (0.98, True)  # 0.90 on a GPU
+    assert gpu["htp_throughput_vs_raw"] == (0.925, True)  # 0.85
+    assert gpu["vanilla_vs_st"] == (1.2, True)  # at least as fast as sentence-transformers
+    assert "prepare_share" not in gpu  # overlapped by the pipeline there
     setting["targets"] = check_targets(setting)
     res = {"config": {"model": "m", "device": "cpu", "dtype": "bfloat16", "threads": 2},
            "settings": [setting, {**setting, "length": 2048}]}
@@ -189,3 +200,14 @@ def test_in_place_copies_equal_out_of_place(tiny_llama, method: str, summary: st
                     position_ids=torch.arange(ids.shape[1]).unsqueeze(0), exit_layer=3,
                     plan=CopyPlan.from_layouts(lays[:1], [0], "cpu"), tp_start=0, tp_exit=3)
     assert torch.equal(embeds, kept)
+
+
+def test_variant_entries() -> None:
+    assert parse_variant("htp") == ("htp", {})
+    assert parse_variant("htp~w64p4") == ("htp", {"prepare_window": 64, "prepare_workers": 4})
+    assert parse_variant("vanilla-mean~syncwa") == (
+        "vanilla-mean", {"pipeline": False, "prepare_window": "auto"})
+    assert parse_variant("tp-mean~pipe") == ("tp-mean", {"pipeline": True})
+    for bad in ("htp~", "htp~x2", "htp~w"):
+        with pytest.raises(ValueError, match="sync, pipe"):
+            parse_variant(bad)
