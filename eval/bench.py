@@ -78,10 +78,10 @@ vanilla-mean (full depth, plain text without a chat template, its own padding ma
 VARIANT = "~"
 """``<method>~<options>``: the method with other speed-only settings (same vectors up to
 batch-shape rounding): ``sync`` (no pipeline thread), ``pipe`` (pipeline thread),
-``w<N>`` (``prepare_window=N``), ``wa`` (``prepare_window="auto"``), ``p<N>``
-(``prepare_workers=N``); e.g. ``htp~w64p4``."""
+``w<N>`` (``prepare_window=N``) and ``wa`` (``prepare_window="auto"``); e.g.
+``htp~pipewa``."""
 
-_VARIANT_OPTION = re.compile(r"sync|pipe|wa|w\d+|p\d+")
+_VARIANT_OPTION = re.compile(r"sync|pipe|wa|w\d+")
 
 
 def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
@@ -89,8 +89,8 @@ def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
     its ``~`` options (:data:`VARIANT`).
 
     Returns:
-        ``(method, settings)``, e.g. ``("htp", {"prepare_window": 64,
-        "prepare_workers": 4})`` for ``htp~w64p4``; ``(name, {})`` without ``~``.
+        ``(method, settings)``, e.g. ``("htp", {"pipeline": True, "prepare_window": 64})``
+        for ``htp~pipew64``; ``(name, {})`` without ``~``.
 
     Raises:
         ValueError: for an option that is not ``sync``, ``pipe``, ``w<N>`` or ``p<N>``.
@@ -100,18 +100,16 @@ def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
     method, opts = name.split(VARIANT, 1)
     parts = _VARIANT_OPTION.findall(opts)
     if "".join(parts) != opts or not parts:
-        raise ValueError(f"bench entry {name!r}: options after '~' are sync, pipe, w<N> "
-                         "or wa (prepare_window) and p<N> (prepare_workers), e.g. htp~w64p4")
+        raise ValueError(f"bench entry {name!r}: options after '~' are sync, pipe (the "
+                         "pipeline thread), w<N> and wa (prepare_window), e.g. htp~pipewa")
     out: dict[str, Any] = {}
     for part in parts:
         if part in ("sync", "pipe"):
             out["pipeline"] = part == "pipe"
         elif part == "wa":
             out["prepare_window"] = "auto"
-        elif part[0] == "w":
-            out["prepare_window"] = int(part[1:])
         else:
-            out["prepare_workers"] = int(part[1:])
+            out["prepare_window"] = int(part[1:])
     return method, out
 
 
@@ -594,7 +592,6 @@ class Bench:
         short = list(texts[:2])
         for enc in self.encoders.values():
             enc.max_length = min(length, SHORT_LENGTH)
-            enc.start_workers()  # preparation processes, if any, load before timing
         try:
             for m in self.methods:
                 self.run(m, short)
@@ -1317,7 +1314,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     p.add_argument("--pipeline", default="auto", choices=["auto", "on", "off"],
                    help="prepare batch n+1 in a background thread while batch n runs (auto: "
-                   "on for CUDA, off on CPU)")
+                   "the encoder default, off)")
     p.add_argument("--prepare-window", type=int, default=0,
                    help="lay out texts in windows of N texts so preparation overlaps the "
                    "forward pass (0: all texts at once, the default batching)")

@@ -83,7 +83,7 @@ def unrecorded_settings(config: HTPConfig, recorded: frozenset[str]) -> dict[str
             if k not in recorded and v != _SETTING_DEFAULTS.get(k, dataclasses.MISSING)}
 
 
-RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window", "prepare_workers")
+RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
 """Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
 
 
@@ -291,28 +291,6 @@ def auto_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: in
     return windows
 
 
-_WORKER_ENCODER: HTPEncoder | None = None
-"""In a ``prepare_workers`` process: an encoder over a weightless (meta-device) copy of the
-model, used for :meth:`HTPEncoder.build_layouts` only."""
-
-
-def _init_worker(model_config: Any, tokenizer: Any, config: HTPConfig,
-                 runtime: dict[str, Any]) -> None:
-    global _WORKER_ENCODER
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):  # the architecture without weights: layouts never read them
-        model = AutoModelForCausalLM.from_config(model_config)
-    _WORKER_ENCODER = HTPEncoder(model, config, tokenizer=tokenizer, **runtime)
-
-
-def _worker_layouts(texts: list[str], instruction: str | None
-                    ) -> tuple[list[Layout], EncodeStats]:
-    assert _WORKER_ENCODER is not None
-    stats = EncodeStats()
-    return _WORKER_ENCODER.build_layouts(texts, instruction=instruction, stats=stats), stats
-
-
 _INDEX = re.compile(r"(text at index )(\d+)")
 
 
@@ -445,12 +423,10 @@ class HTPEncoder:
             default the sentence-transformers tokenizer's side, else ``right``),
             ``max_padding`` (rows of a batch are at least ``(1 - max_padding)`` x its widest
             row; default 0.1), ``pipeline`` (prepare batch n+1 in a thread while batch n
-            runs; default on for CUDA only), ``prepare_window`` (lay out this many
+            runs; default off: on an H100 it was slower, docs/PERFORMANCE.md section 5),
+            ``prepare_window`` (lay out this many
             texts at a time, or ``"auto"``: about four batches' worth, :func:`auto_windows`;
-            default all of a call) and ``prepare_workers`` (tokenize, split sentences
-            and lay out windows of texts in this many worker processes while the forward
-            pass runs here, :meth:`start_workers`; windows default to ``"auto"`` then;
-            default 0: in this process; the layouts are the same either way).
+            default all of a call).
 
     Raises:
         TypeError: for an unknown setting name (the message lists the valid ones).
@@ -543,17 +519,10 @@ class HTPEncoder:
         self.max_padding = max_padding
         self.prepare_window: int | Literal["auto"] | None = _check_window(
             runtime.get("prepare_window"))
-        prepare_workers = int(runtime.get("prepare_workers") or 0)
-        if prepare_workers < 0:
-            raise ValueError(f"prepare_workers must be >= 0, got {prepare_workers}")
-        if prepare_workers and is_st_folder(model):
-            raise ValueError("prepare_workers is not supported for sentence-transformers "
-                             "folders yet: leave it at 0")
-        self.prepare_workers = prepare_workers
-        self._workers: Any = None  # the ProcessPoolExecutor, started on first use
-        dev = self.model.get_input_embeddings().weight.device
         pipeline = runtime.get("pipeline")
-        self.pipeline: bool = dev.type == "cuda" if pipeline is None else bool(pipeline)
+        # off by default on every device: the thread needs the GIL for its Python work
+        # while the forward loop needs it to queue kernels (measured, docs/PERFORMANCE.md)
+        self.pipeline: bool = False if pipeline is None else bool(pipeline)
         self._lock = threading.Lock()
         self.last_stats = EncodeStats()
         self._warned_positions = False
@@ -597,8 +566,6 @@ class HTPEncoder:
         self.template = self._template_ids()
         if old is not None and old.segmenter != cfg.segmenter:
             self._segmenter = None
-        if old is not None and old != cfg:
-            self.close()  # workers hold the old config
         if old is not None and old.placeholder_init != cfg.placeholder_init:
             self._init_vec = None
 
@@ -1138,86 +1105,24 @@ class HTPEncoder:
         stats: EncodeStats,
     ) -> Iterator[tuple[int, int, list[Layout], float]]:
         """The layouts of each window in order: ``(start, end, layouts, t0)``, ``t0`` the
-        ``perf_counter`` time this process began waiting for (or making) them.
+        ``perf_counter`` time their preparation began.
 
-        In this process, or with ``prepare_workers`` in the worker processes, at most
-        ``prepare_workers + 1`` windows ahead. Adds ``prepare_seconds`` (time this process
-        spent on, or waiting for, preparation), the step times (summed over the workers)
-        and the truncations (indices into ``texts``) to ``stats``. A worker's
-        ``ValueError`` is raised here with the text's index in ``texts``.
+        Adds ``prepare_seconds``, the step times and the truncations (indices into
+        ``texts``) to ``stats``. A ``ValueError`` names the text's index in ``texts``, not
+        in its window.
         """
-        pending: collections.deque[tuple[int, int, Any]] = collections.deque()
-        todo = iter(windows)
-        pool = self._worker_pool() if self.prepare_workers else None
-
-        def submit() -> None:
-            nxt = next(todo, None)
-            if nxt is not None and pool is not None:
-                a, b = nxt
-                pending.append((a, b, pool.submit(_worker_layouts, list(texts[a:b]),
-                                                  instruction)))
-            elif nxt is not None:
-                pending.append((*nxt, None))
-
-        for _ in range(self.prepare_workers + 1):
-            submit()
-        while pending:
-            a, b, fut = pending.popleft()
+        for a, b in windows:
             t0 = time.perf_counter()
             n_cut = len(stats.truncated)
             try:
                 with torch.profiler.record_function("htp.prepare"):
-                    if fut is None:
-                        layouts = self.build_layouts(texts[a:b], instruction=instruction,
-                                                     stats=stats)
-                    else:
-                        layouts, part = fut.result()
-                        stats.tokenize_seconds += part.tokenize_seconds
-                        stats.segment_seconds += part.segment_seconds
-                        stats.layout_seconds += part.layout_seconds
-                        stats.truncated.extend(part.truncated)
+                    layouts = self.build_layouts(texts[a:b], instruction=instruction,
+                                                 stats=stats)
             except ValueError as e:
                 raise ValueError(_shift_indices(str(e), a)) from e
             stats.truncated[n_cut:] = [(a + i, n) for i, n in stats.truncated[n_cut:]]
             stats.prepare_seconds += time.perf_counter() - t0
-            submit()
             yield a, b, layouts, t0
-
-    def _worker_pool(self) -> Any:
-        """The preparation processes (spawned on first use; :meth:`start_workers`)."""
-        if self._workers is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            # spawn, not fork: this process may hold CUDA state and tokenizer threads
-            self._workers = ProcessPoolExecutor(
-                self.prepare_workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(self.model.config, self.tokenizer, self._config,
-                          {"padding_side": self.padding_side}))
-        return self._workers
-
-    def start_workers(self) -> None:
-        """Start the ``prepare_workers`` processes now (a few seconds: each imports torch
-        and transformers and loads the tokenizer and segmenter), so the first
-        :meth:`encode` does not wait for them; no-op without workers."""
-        if self.prepare_workers:
-            pool = self._worker_pool()
-            list(pool.map(_worker_layouts, [["Start."]] * (2 * self.prepare_workers),
-                          [None] * (2 * self.prepare_workers)))
-
-    def close(self) -> None:
-        """Stop the ``prepare_workers`` processes (idempotent; the next call that needs
-        them starts them again)."""
-        pool, self._workers = getattr(self, "_workers", None), None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def encode(
         self,
@@ -1438,8 +1343,6 @@ class HTPEncoder:
         window = _check_window(self.prepare_window if prepare_window is None
                                else prepare_window)
         n = len(texts)
-        if window is None and self.prepare_workers:
-            window = "auto"  # one window of all texts would leave the workers idle
         if window == "auto":
             windows = auto_windows(texts, max_tokens_per_batch or self.max_tokens_per_batch,
                                    self.max_length)

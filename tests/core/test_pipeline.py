@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder, Prefetcher
-
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 TEXTS = [
     "Graphene is a single layer of carbon. It conducts heat well.",
@@ -184,36 +180,12 @@ def test_auto_windows_cover_texts_in_order(tiny_llama) -> None:  # noqa: ANN001
         enc.encode(TEXTS, prepare_window="all")
 
 
-def test_prepare_workers_same_vectors_and_errors(tiny_llama) -> None:  # noqa: ANN001
-    """Layouts made in two worker processes give the in-process vectors; a worker's error
-    names the text's index in the whole call."""
-    docs = [json.loads(line) for line in
-            (DATA / "beir" / "scifact" / "corpus.jsonl").read_text().splitlines()[:60]]
-    texts = [f"{d['title']} {d['text']}" for d in docs] + TEXTS
+
+def test_window_error_names_index_in_call(tiny_llama) -> None:  # noqa: ANN001
+    """With windows, an error names the text's index in the whole call, not in its window."""
     model, tok = tiny_llama
-    ref = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, max_tokens_per_batch=256)
-    par = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, max_tokens_per_batch=256,
-                     prepare_workers=2)
-    try:
-        par.start_workers()
-        assert par._workers is not None
-        want = ref.encode(texts, prepare_window="auto")
-        got = par.encode(texts)  # windows default to "auto" with workers
-        st = par.last_stats
-        assert np.array_equal(got, want)
-        assert st.text_tokens == ref.last_stats.text_tokens > 0
-        assert st.tokenize_seconds > 0 and st.segment_seconds > 0  # from the workers
-        assert [t for t, _ in st.truncated] == [t for t, _ in ref.last_stats.truncated]
-        strict = HTPEncoder(model, "htp", tokenizer=tok, max_length=128, overflow="error",
-                            max_tokens_per_batch=256, prepare_workers=2)
-        try:
-            mixed = TEXTS * 3 + texts[:1]  # the too-long text in the fourth window of 8
-            with pytest.raises(ValueError, match="text at index 30 has"):
-                strict.encode(mixed, prepare_window=8)
-        finally:
-            strict.close()
-    finally:
-        par.close()
-    assert par._workers is None
-    with pytest.raises(ValueError, match="prepare_workers"):
-        HTPEncoder(model, "htp", tokenizer=tok, prepare_workers=-1)
+    enc = HTPEncoder(model, "htp", tokenizer=tok, max_length=64, overflow="error")
+    texts = TEXTS * 3 + ["A long text. " * 20]  # index 30: the fourth window of 8
+    for pipeline in (False, True):
+        with pytest.raises(ValueError, match="text at index 30 has"):
+            enc.encode(texts, prepare_window=8, pipeline=pipeline)

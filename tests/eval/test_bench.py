@@ -204,10 +204,10 @@ def test_in_place_copies_equal_out_of_place(tiny_llama, method: str, summary: st
 
 def test_variant_entries() -> None:
     assert parse_variant("htp") == ("htp", {})
-    assert parse_variant("htp~w64p4") == ("htp", {"prepare_window": 64, "prepare_workers": 4})
+    assert parse_variant("htp~pipew64") == ("htp", {"pipeline": True, "prepare_window": 64})
     assert parse_variant("vanilla-mean~syncwa") == (
         "vanilla-mean", {"pipeline": False, "prepare_window": "auto"})
     assert parse_variant("tp-mean~pipe") == ("tp-mean", {"pipeline": True})
-    for bad in ("htp~", "htp~x2", "htp~w"):
+    for bad in ("htp~", "htp~x2", "htp~w", "htp~p4"):
         with pytest.raises(ValueError, match="sync, pipe"):
             parse_variant(bad)
