@@ -1047,8 +1047,25 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _intended_truncation(rec: logging.LogRecord) -> bool:
+    return not rec.getMessage().startswith("truncated ")
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the benchmark described by the parsed ``bench`` arguments and return the result."""
+    """Run the benchmark described by the parsed ``bench`` arguments and return the result.
+
+    Every setting cuts its texts to its length on purpose (the docs say so), so the
+    encoder's per-call truncation warning is filtered while it runs (and only then).
+    """
+    log = logging.getLogger("htp_retrieval.encoder")
+    log.addFilter(_intended_truncation)
+    try:
+        return _run_bench(args)
+    finally:
+        log.removeFilter(_intended_truncation)
+
+
+def _run_bench(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
@@ -1056,10 +1073,6 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    # every setting cuts its texts to its length on purpose (the docs say so): the
-    # encoder's per-call truncation warning would repeat for every run of every entry
-    logging.getLogger("htp_retrieval.encoder").addFilter(
-        lambda rec: not rec.getMessage().startswith("truncated "))
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
         if is_external(m):

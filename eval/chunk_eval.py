@@ -353,6 +353,57 @@ def cached_chunk_embeddings(
     return embs, cost
 
 
+def score_chunks(
+    q_emb: np.ndarray,
+    c_emb: np.ndarray,
+    qids: list[str],
+    cids: list[str],
+    data: SpanData,
+    chunks: dict[str, list[Chunk]],
+    qrels: dict[str, dict[str, int]] | None = None,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Score chunk retrieval in both scopes by cosine similarity.
+
+    In-corpus every query ranks all chunks (top 100); in-document it ranks the chunks of
+    the documents its evidence spans are in.
+
+    Args:
+        q_emb: ``[n_queries, hidden]`` query vectors, rows in ``qids`` order.
+        c_emb: ``[n_chunks, hidden]`` chunk vectors, rows in ``cids`` order
+            (:func:`chunk_id` of every document's chunks).
+        qids: Query ids.
+        cids: Chunk ids.
+        data: The split (its spans say each query's documents).
+        chunks: Each document's chunks.
+        qrels: :func:`chunk_qrels` of ``data`` and ``chunks`` (computed when ``None``).
+
+    Returns:
+        ``(scores, per_query)``: mean ``NDCG@10``/``Recall@10`` in-corpus and with the
+        ``" in-doc"`` suffix, and the same per query.
+    """
+    qrels = chunk_qrels(data, chunks) if qrels is None else qrels
+    run = top_k_run(q_emb, c_emb, qids, cids, k=100)
+    per_query = evaluate_per_query(qrels, run, metrics=CHUNK_METRICS)
+    # in-document: each query ranks its own document's chunks
+    row = {cid: i for i, cid in enumerate(cids)}
+    q_unit = q_emb / np.maximum(np.linalg.norm(q_emb, axis=1, keepdims=True), 1e-12)
+    c_unit = c_emb / np.maximum(np.linalg.norm(c_emb, axis=1, keepdims=True), 1e-12)
+    doc_run: dict[str, dict[str, float]] = {}
+    for i, q in enumerate(qids):
+        own = sorted({d for d, _, _ in data.spans[q]})
+        ids = [chunk_id(d, c.index) for d in own for c in chunks[d]]
+        sims = c_unit[[row[c] for c in ids]] @ q_unit[i]
+        doc_run[q] = {c: float(s) for c, s in zip(ids, sims)}
+    per_doc = evaluate_per_query(qrels, doc_run, metrics=CHUNK_METRICS)
+    for q, vals in per_doc.items():
+        per_query.setdefault(q, {}).update({k + IN_DOC: v for k, v in vals.items()})
+    scores = mean_scores({q: {k: v for k, v in r.items() if not k.endswith(IN_DOC)}
+                          for q, r in per_query.items()}, metrics=CHUNK_METRICS)
+    doc_scores = mean_scores(per_doc, metrics=CHUNK_METRICS)
+    scores.update({k + IN_DOC: v for k, v in doc_scores.items()})
+    return scores, per_query
+
+
 def run_chunk_retrieval(
     encoder: Any,
     data: SpanData,
@@ -406,25 +457,7 @@ def run_chunk_retrieval(
                            show_progress_bar=show_progress_bar)
     q_seconds = time.perf_counter() - t1
     qrels = chunk_qrels(data, chunks)
-    run = top_k_run(q_emb, c_emb, qids, cids, k=100)
-    per_query = evaluate_per_query(qrels, run, metrics=CHUNK_METRICS)
-    # in-document: each query ranks its own document's chunks
-    row = {cid: i for i, cid in enumerate(cids)}
-    q_unit = q_emb / np.maximum(np.linalg.norm(q_emb, axis=1, keepdims=True), 1e-12)
-    c_unit = c_emb / np.maximum(np.linalg.norm(c_emb, axis=1, keepdims=True), 1e-12)
-    doc_run: dict[str, dict[str, float]] = {}
-    for i, q in enumerate(qids):
-        own = sorted({d for d, _, _ in data.spans[q]})
-        ids = [chunk_id(d, c.index) for d in own for c in chunks[d]]
-        sims = c_unit[[row[c] for c in ids]] @ q_unit[i]
-        doc_run[q] = {c: float(s) for c, s in zip(ids, sims)}
-    per_doc = evaluate_per_query(qrels, doc_run, metrics=CHUNK_METRICS)
-    for q, vals in per_doc.items():
-        per_query.setdefault(q, {}).update({k + IN_DOC: v for k, v in vals.items()})
-    scores = mean_scores({q: {k: v for k, v in r.items() if not k.endswith(IN_DOC)}
-                          for q, r in per_query.items()}, metrics=CHUNK_METRICS)
-    doc_scores = mean_scores(per_doc, metrics=CHUNK_METRICS)
-    scores.update({k + IN_DOC: v for k, v in doc_scores.items()})
+    scores, per_query = score_chunks(q_emb, c_emb, qids, cids, data, chunks, qrels)
     config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=None,
                   chunking=chunking, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
@@ -453,5 +486,5 @@ def run_chunk_retrieval(
     )
 
 
-__all__ = ["spans_from_synthetic", "CHUNK_VARIANTS", "cached_chunk_embeddings", "SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
+__all__ = ["score_chunks", "spans_from_synthetic", "CHUNK_VARIANTS", "cached_chunk_embeddings", "SpanData", "has_spans", "load_spans", "chunk_id", "chunk_qrels", "embed_chunks",
            "run_chunk_retrieval", "CHUNK_METRICS", "IN_DOC"]

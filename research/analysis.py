@@ -860,7 +860,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_subcommands(asub: argparse._SubParsersAction) -> None:
-    """Register ``norms, drift, ablate, hubs, table, seeds, compare, paired, same-layouts`` on
+    """Register ``norms, drift, ablate, hubs, table, seeds, compare, paired, center, same-layouts`` on
     the ``python -m research`` subparsers."""
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -951,8 +951,10 @@ def add_subcommands(asub: argparse._SubParsersAction) -> None:
     q.add_argument("--metric", default="NDCG@10")
     q.set_defaults(func=cmd_compare)
 
+    from research.centering import add_parser as add_center
     from research.layout_check import add_parser as add_same_layouts
     from research.paired import add_parser as add_paired
 
     add_paired(asub)
+    add_center(asub)
     add_same_layouts(asub)

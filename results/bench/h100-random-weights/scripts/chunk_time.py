@@ -28,13 +28,16 @@ for method in ("vanilla-mean", "htp"):
     enc.encode(flat[:64])
     enc.encode_late_chunks(docs[:1], chunks[:1])
     for rep in range(2):
-        sync(); t = time.perf_counter()
+        sync()
+        t = time.perf_counter()
         enc.encode(flat)
-        sync(); naive = time.perf_counter() - t
+        sync()
+        naive = time.perf_counter() - t
         tok_naive = enc.last_stats.text_tokens
         t = time.perf_counter()
         enc.encode_late_chunks(docs, chunks)
-        sync(); late = time.perf_counter() - t
+        sync()
+        late = time.perf_counter() - t
         tok_late = enc.last_stats.text_tokens
         print(f"{method} repeat {rep}: naive {naive:.2f} s ({1000 * naive / n:.2f} s / 1,000 "
               f"chunks, {tok_naive} text tokens), late {late:.2f} s "

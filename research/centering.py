@@ -1,0 +1,155 @@
+"""Centring query and chunk vectors on means a deployment has, on the QMSum evidence spans.
+
+``python -m research center RESULT.json [...]``: for each finished chunk-retrieval result
+(``htp-retrieval eval --data ../shared/data/spans/qmsum --chunking ...``), rebuild its
+encoder from the result's ``htp_config``, take its chunk vectors from the chunk-embedding
+cache (the same fingerprint, so nothing is re-embedded when the run is cached), embed the
+queries, and score both scopes with:
+
+* ``plain``: cosine of the vectors as stored (the result's own scores);
+* ``corpus + cross-fitted queries``: every chunk minus the mean of all chunks (a
+  deployment has its corpus), every query minus the mean of the queries of the *other*
+  fold (queries split in two seeded halves): the statistic a deployment has once it has
+  seen some real queries of the same kind, never the query's own;
+* ``corpus + own queries``: the query side centred on the mean of all queries, itself
+  included: not deployable, an upper reference;
+* ``corpus only``: chunks centred, queries as they are.
+
+Means are taken over unit vectors (the cache stores unit vectors). Differences against
+``plain`` come with a paired bootstrap interval over queries (:func:`research.paired.compare`).
+The question and the first sample measurements: docs/RAG.md and research/ANALYSIS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODES = ("plain", "corpus + cross-fitted queries", "corpus + own queries", "corpus only")
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def centred(q: np.ndarray, c: np.ndarray, mode: str, *, folds: int = 2, seed: int = 0
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Query and chunk vectors ``[n, hidden]`` centred as ``mode`` says (:data:`MODES`).
+
+    Raises:
+        ValueError: for an unknown mode or fewer queries than folds.
+    """
+    q, c = _unit(q), _unit(c)
+    if mode == "plain":
+        return q, c
+    c_mean = c.mean(axis=0)
+    if mode == "corpus only":
+        return q, c - c_mean
+    if mode == "corpus + own queries":
+        return q - q.mean(axis=0), c - c_mean
+    if mode == "corpus + cross-fitted queries":
+        if len(q) < folds:
+            raise ValueError(f"cross-fitting needs at least {folds} queries, got {len(q)}")
+        fold = np.random.default_rng(seed).permutation(len(q)) % folds
+        out = np.empty_like(q)
+        for f in range(folds):
+            out[fold == f] = q[fold == f] - q[fold != f].mean(axis=0)
+        return out, c - c_mean
+    raise ValueError(f"unknown centring mode {mode!r}; choose from {', '.join(MODES)}")
+
+
+def centre_result(path: str | Path, *, data_path: str, split: str = "dev") -> dict[str, Any]:
+    """Score one chunk-retrieval result's vectors under every :data:`MODES` entry.
+
+    Returns:
+        ``{"result", "modes": {mode: scores}, "paired": {metric: markdown table},
+        "seconds"}``.
+    """
+    from htp_retrieval.chunking import split_chunks
+    from htp_retrieval.config import read_config_file
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.chunk_eval import (
+        cached_chunk_embeddings,
+        chunk_id,
+        chunk_qrels,
+        load_spans,
+        score_chunks,
+    )
+    from htp_retrieval.eval.retrieval import RetrievalResult
+    from htp_retrieval.methods import task_instructions
+    from research.paired import compare, paired_table
+
+    t0 = time.perf_counter()
+    res = json.loads(Path(path).read_text())
+    cfg = res["config"]
+    if not cfg.get("chunking"):
+        raise ValueError(f"{path} is not a chunk-retrieval result (no 'chunking' in its config)")
+    enc = HTPEncoder(cfg["model"], read_config_file(path), dtype=cfg.get("dtype", "auto"))
+    data = load_spans(data_path, split)
+    if len(data.beir.corpus) != res["counts"]["n_docs"]:
+        raise ValueError(f"{path} has {res['counts']['n_docs']} documents, the split "
+                         f"{len(data.beir.corpus)}: a subsampled run is not supported here")
+    chunks = {d: split_chunks(v["text"], enc.tokenizer, chunk_tokens=cfg["chunk_tokens"],
+                              chunk_overlap=cfg["chunk_overlap"])
+              for d, v in data.beir.corpus.items() if v["text"].strip()}
+    embs, cost = cached_chunk_embeddings(enc, data, chunks, chunking=cfg["chunking"],
+                                         window_tokens=cfg.get("window_tokens"))
+    dids = sorted(chunks)
+    cids = [chunk_id(d, c.index) for d in dids for c in chunks[d]]
+    c_emb = np.concatenate([embs[d] for d in dids])
+    qids = list(data.beir.queries)
+    qi, _ = task_instructions(data.name)
+    q_emb = enc.encode([data.beir.queries[q] for q in qids],
+                       instruction=cfg.get("query_instruction", qi), show_progress_bar=True)
+    qrels = chunk_qrels(data, chunks)
+    out: dict[str, Any] = {"result": str(path), "cached_chunks": bool(cost["cached"]),
+                           "modes": {}}
+    per: dict[str, RetrievalResult] = {}
+    for mode in MODES:
+        q, c = centred(q_emb, c_emb, mode)
+        scores, per_query = score_chunks(q, c, qids, cids, data, chunks, qrels)
+        out["modes"][mode] = scores
+        per[mode] = RetrievalResult(dataset=data.name, split=split, config={}, scores=scores,
+                                    cost={}, counts={}, versions={}, created=0.0,
+                                    per_query=per_query)
+    out["paired"] = {}
+    for metric in ("NDCG@10", "NDCG@10 in-doc"):
+        rows = [compare(per["plain"], per[m], metric=metric, label=m) for m in MODES[1:]]
+        out["paired"][metric] = paired_table(rows, baseline="plain")
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def cmd_center(args: argparse.Namespace) -> int:
+    """``python -m research center``: print (and with ``--output`` save) the tables."""
+    results = []
+    for path in args.results:
+        r = centre_result(path, data_path=args.data, split=args.split)
+        results.append(r)
+        print(f"\n{path} (chunk vectors from the cache: {r['cached_chunks']})\n")
+        print("| mode | NDCG@10 in-corpus | NDCG@10 in-doc |\n|---|---|---|")
+        for mode, s in r["modes"].items():
+            print(f"| {mode} | {s['NDCG@10']:.2f} | {s['NDCG@10 in-doc']:.2f} |")
+        for metric, table in r["paired"].items():
+            print(f"\n{metric}, against plain:\n\n{table}")
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results, indent=1))
+        print(f"\nwrote {args.output}")
+    return 0
+
+
+def add_parser(asub: Any) -> None:
+    """Register ``center`` on the ``python -m research`` subparsers."""
+    q = asub.add_parser("center", help="chunk retrieval on QMSum spans with query and chunk "
+                        "vectors centred on deployable means (cross-fitted queries)")
+    q.add_argument("results", nargs="+", help="chunk-retrieval results JSON")
+    q.add_argument("--data", default="../shared/data/spans/qmsum")
+    q.add_argument("--split", default="dev")
+    q.add_argument("--output", default=None, help="JSON with every table")
+    q.set_defaults(func=cmd_center)

@@ -1,0 +1,38 @@
+"""Centring modes of python -m research center (pure array logic)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from research.centering import MODES, centred
+
+
+def test_centring_modes() -> None:
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(10, 4)) + 3.0
+    c = rng.normal(size=(7, 4)) - 2.0
+    qu = q / np.linalg.norm(q, axis=1, keepdims=True)
+    cu = c / np.linalg.norm(c, axis=1, keepdims=True)
+    pq, pc = centred(q, c, "plain")
+    np.testing.assert_allclose(pq, qu)
+    np.testing.assert_allclose(pc, cu)
+    oq, oc = centred(q, c, "corpus + own queries")
+    np.testing.assert_allclose(oq.mean(0), 0, atol=1e-12)
+    np.testing.assert_allclose(oc.mean(0), 0, atol=1e-12)
+    xq, xc = centred(q, c, "corpus + cross-fitted queries", seed=3)
+    np.testing.assert_allclose(xc, oc)
+    fold = np.random.default_rng(3).permutation(10) % 2
+    for i in range(10):  # each query minus the mean of the other fold, never its own
+        other = qu[fold != fold[i]].mean(0)
+        np.testing.assert_allclose(xq[i], qu[i] - other)
+        assert not np.allclose(xq[i], qu[i] - qu[fold == fold[i]].mean(0))
+    cq, cc = centred(q, c, "corpus only")
+    np.testing.assert_allclose(cq, qu)
+    np.testing.assert_allclose(cc, oc)
+    assert set(MODES) == {"plain", "corpus + cross-fitted queries", "corpus + own queries",
+                          "corpus only"}
+    with pytest.raises(ValueError, match="unknown centring mode"):
+        centred(q, c, "whiten")
+    with pytest.raises(ValueError, match="at least 2 queries"):
+        centred(q[:1], c, "corpus + cross-fitted queries")
