@@ -63,8 +63,13 @@ def centred(q: np.ndarray, c: np.ndarray, mode: str, *, folds: int = 2, seed: in
     raise ValueError(f"unknown centring mode {mode!r}; choose from {', '.join(MODES)}")
 
 
-def centre_result(path: str | Path, *, data_path: str, split: str = "dev") -> dict[str, Any]:
+def centre_result(path: str | Path, *, data_path: str, split: str = "dev", max_docs: int = 0,
+                  max_queries: int = 0, seed: int = 0) -> dict[str, Any]:
     """Score one chunk-retrieval result's vectors under every :data:`MODES` entry.
+
+    ``max_docs``, ``max_queries`` and ``seed`` must be the run's own (its name's
+    ``q<queries>d<docs>s<seed>`` tag); a mismatch in the number of documents, queries or
+    chunks is an error.
 
     Returns:
         ``{"result", "modes": {mode: scores}, "paired": {metric: markdown table},
@@ -90,10 +95,13 @@ def centre_result(path: str | Path, *, data_path: str, split: str = "dev") -> di
     if not cfg.get("chunking"):
         raise ValueError(f"{path} is not a chunk-retrieval result (no 'chunking' in its config)")
     enc = HTPEncoder(cfg["model"], read_config_file(path), dtype=cfg.get("dtype", "auto"))
-    data = load_spans(data_path, split)
-    if len(data.beir.corpus) != res["counts"]["n_docs"]:
-        raise ValueError(f"{path} has {res['counts']['n_docs']} documents, the split "
-                         f"{len(data.beir.corpus)}: a subsampled run is not supported here")
+    data = load_spans(data_path, split, max_docs=max_docs, max_queries=max_queries, seed=seed)
+    got = (len(data.beir.corpus), len(data.beir.queries))
+    want = (res["counts"]["n_docs"], res["counts"]["n_queries"])
+    if got != want:
+        raise ValueError(f"{path} has {want[0]} documents and {want[1]} queries, the data "
+                         f"{got[0]} and {got[1]}: pass the run's --max-docs, --max-queries "
+                         "and --seed (its q<queries>d<docs>s<seed> name tag)")
     chunks = {d: split_chunks(v["text"], enc.tokenizer, chunk_tokens=cfg["chunk_tokens"],
                               chunk_overlap=cfg["chunk_overlap"])
               for d, v in data.beir.corpus.items() if v["text"].strip()}
@@ -102,6 +110,9 @@ def centre_result(path: str | Path, *, data_path: str, split: str = "dev") -> di
     dids = sorted(chunks)
     cids = [chunk_id(d, c.index) for d in dids for c in chunks[d]]
     c_emb = np.concatenate([embs[d] for d in dids])
+    if len(cids) != res["counts"]["n_chunks"]:
+        raise ValueError(f"{path} has {res['counts']['n_chunks']} chunks, this chunking "
+                         f"{len(cids)}")
     qids = list(data.beir.queries)
     qi, _ = task_instructions(data.name)
     q_emb = enc.encode([data.beir.queries[q] for q in qids],
@@ -122,14 +133,27 @@ def centre_result(path: str | Path, *, data_path: str, split: str = "dev") -> di
         rows = [compare(per["plain"], per[m], metric=metric, label=m) for m in MODES[1:]]
         out["paired"][metric] = paired_table(rows, baseline="plain")
     out["seconds"] = time.perf_counter() - t0
+    out["_per_mode"] = per  # RetrievalResults, for comparisons across results (not saved)
     return out
+
+
+def across_results(results: list[dict[str, Any]], labels: list[str], mode: str,
+                   metric: str) -> str:
+    """Paired table of every result against the first, both scored under ``mode``."""
+    from research.paired import compare, paired_table
+
+    base = results[0]["_per_mode"][mode]
+    rows = [compare(base, r["_per_mode"][mode], metric=metric, label=label)
+            for r, label in zip(results[1:], labels[1:])]
+    return paired_table(rows, baseline=labels[0])
 
 
 def cmd_center(args: argparse.Namespace) -> int:
     """``python -m research center``: print (and with ``--output`` save) the tables."""
     results = []
     for path in args.results:
-        r = centre_result(path, data_path=args.data, split=args.split)
+        r = centre_result(path, data_path=args.data, split=args.split,
+                          max_docs=args.max_docs, max_queries=args.max_queries, seed=args.seed)
         results.append(r)
         print(f"\n{path} (chunk vectors from the cache: {r['cached_chunks']})\n")
         print("| mode | NDCG@10 in-corpus | NDCG@10 in-doc |\n|---|---|---|")
@@ -137,6 +161,17 @@ def cmd_center(args: argparse.Namespace) -> int:
             print(f"| {mode} | {s['NDCG@10']:.2f} | {s['NDCG@10 in-doc']:.2f} |")
         for metric, table in r["paired"].items():
             print(f"\n{metric}, against plain:\n\n{table}")
+    labels = [Path(p).stem for p in args.results]
+    if len(results) > 1:
+        for mode in ("plain", "corpus + cross-fitted queries"):
+            for metric in ("NDCG@10", "NDCG@10 in-doc"):
+                table = across_results(results, labels, mode, metric)
+                print(f"\n{metric}, {mode}, against {labels[0]}:\n\n{table}")
+                for r in results:
+                    r.setdefault("across", {}).setdefault(mode, {})[metric] = table
+                    break
+    for r in results:
+        r.pop("_per_mode", None)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results, indent=1))
@@ -151,5 +186,8 @@ def add_parser(asub: Any) -> None:
     q.add_argument("results", nargs="+", help="chunk-retrieval results JSON")
     q.add_argument("--data", default="../shared/data/spans/qmsum")
     q.add_argument("--split", default="dev")
+    q.add_argument("--max-docs", type=int, default=0, help="the runs' own sample (0: all)")
+    q.add_argument("--max-queries", type=int, default=0)
+    q.add_argument("--seed", type=int, default=0)
     q.add_argument("--output", default=None, help="JSON with every table")
     q.set_defaults(func=cmd_center)
