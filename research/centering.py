@@ -148,6 +148,100 @@ def across_results(results: list[dict[str, Any]], labels: list[str], mode: str,
     return paired_table(rows, baseline=labels[0])
 
 
+BEIR_MODES = ("plain", "corpus + train queries", "corpus + own queries", "corpus only")
+
+
+def centred_with(q: np.ndarray, c: np.ndarray, mode: str, stat: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`centred`, with ``corpus + train queries``: the query side centred on the
+    mean of ``stat`` (unit rows of other queries of the task, e.g. its train split).
+
+    Raises:
+        ValueError: for an unknown mode, or ``corpus + train queries`` without ``stat``.
+    """
+    if mode != "corpus + train queries":
+        return centred(q, c, mode)
+    if stat is None or not len(stat):
+        raise ValueError("'corpus + train queries' needs the train queries' vectors")
+    q, c = _unit(q), _unit(c)
+    return q - _unit(stat).mean(axis=0), c - c.mean(axis=0)
+
+
+def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, max_docs: int,
+                seed: int = 0, n_stat: int = 300) -> dict[str, Any]:
+    """Retrieval on a BEIR test subset with every :data:`BEIR_MODES` entry.
+
+    The deployable query statistic is the mean of ``n_stat`` queries of the train split
+    (seeded sample) sent through the query path; the test queries never enter a mean
+    except in the ``own`` reference.
+
+    Returns:
+        ``{"method", "modes": {mode: scores}, "_per_mode": {mode: RetrievalResult}}``.
+    """
+    import random
+
+    from htp_retrieval.encoder import HTPEncoder
+    from htp_retrieval.eval.data import load_beir, subsample
+    from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
+    from htp_retrieval.eval.retrieval import RetrievalResult, top_k_run
+    from htp_retrieval.methods import task_instructions
+
+    enc = HTPEncoder(model, method)
+    data = subsample(load_beir(data_path, "test"), n_queries=max_queries or None,
+                     n_docs=max_docs or None, seed=seed)
+    train = load_beir(data_path, "train")
+    train_ids = sorted(train.queries)
+    random.Random(seed).shuffle(train_ids)
+    qi, di = task_instructions(data.name)
+    dids, qids = list(data.corpus), list(data.queries)
+    d_emb = enc.encode([data.doc_text(d) for d in dids], instruction=di, show_progress_bar=True)
+    q_emb = enc.encode([data.queries[q] for q in qids], instruction=qi)
+    stat = enc.encode([train.queries[q] for q in train_ids[:n_stat]], instruction=qi)
+    out: dict[str, Any] = {"method": method, "n_stat": min(n_stat, len(train_ids)),
+                           "modes": {}, "_per_mode": {}}
+    for mode in BEIR_MODES:
+        q, c = centred_with(q_emb, d_emb, mode, stat)
+        per_query = evaluate_per_query(data.qrels, top_k_run(q, c, qids, dids))
+        scores = mean_scores(per_query)
+        out["modes"][mode] = scores
+        out["_per_mode"][mode] = RetrievalResult(
+            dataset=data.name, split="test", config={}, scores=scores, cost={}, counts={},
+            versions={}, created=0.0, per_query=per_query)
+    return out
+
+
+def cmd_center_beir(args: argparse.Namespace) -> int:
+    """``python -m research center-beir``: plain vs centred retrieval per method."""
+    from research.paired import compare, paired_table
+
+    results = [centre_beir(args.model, m, data_path=args.data, max_queries=args.max_queries,
+                           max_docs=args.max_docs, seed=args.seed, n_stat=args.n_stat)
+               for m in args.methods.split(",")]
+    for r in results:
+        print(f"\n{r['method']} (query statistic: {r['n_stat']} train queries)\n")
+        print("| mode | NDCG@10 |\n|---|---|")
+        for mode, sc in r["modes"].items():
+            print(f"| {mode} | {sc['NDCG@10']:.2f} |")
+        rows = [compare(r["_per_mode"]["plain"], r["_per_mode"][m], label=m)
+                for m in BEIR_MODES[1:]]
+        r["paired"] = paired_table(rows, baseline="plain")
+        print("\n" + r["paired"])
+    if len(results) > 1:
+        for mode in ("plain", "corpus + train queries"):
+            rows = [compare(results[0]["_per_mode"][mode], r["_per_mode"][mode],
+                            label=r["method"]) for r in results[1:]]
+            table = paired_table(rows, baseline=results[0]["method"])
+            results[0].setdefault("across", {})[mode] = table
+            print(f"\n{mode}, against {results[0]['method']}:\n\n{table}")
+    for r in results:
+        r.pop("_per_mode")
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results, indent=1))
+        print(f"\nwrote {args.output}")
+    return 0
+
+
 def cmd_center(args: argparse.Namespace) -> int:
     """``python -m research center``: print (and with ``--output`` save) the tables."""
     results = []
@@ -180,7 +274,7 @@ def cmd_center(args: argparse.Namespace) -> int:
 
 
 def add_parser(asub: Any) -> None:
-    """Register ``center`` on the ``python -m research`` subparsers."""
+    """Register ``center`` and ``center-beir`` on the ``python -m research`` subparsers."""
     q = asub.add_parser("center", help="chunk retrieval on QMSum spans with query and chunk "
                         "vectors centred on deployable means (cross-fitted queries)")
     q.add_argument("results", nargs="+", help="chunk-retrieval results JSON")
@@ -191,3 +285,15 @@ def add_parser(asub: Any) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--output", default=None, help="JSON with every table")
     q.set_defaults(func=cmd_center)
+
+    q = asub.add_parser("center-beir", help="BEIR test subset: plain vs centred retrieval "
+                        "(documents on the corpus mean, queries on train queries' mean)")
+    q.add_argument("--model", default="smollm2-135m-instruct")
+    q.add_argument("--methods", default="vanilla-mean,htp")
+    q.add_argument("--data", default="../shared/data/beir/scifact")
+    q.add_argument("--max-queries", type=int, default=100)
+    q.add_argument("--max-docs", type=int, default=600)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--n-stat", type=int, default=300, help="train queries in the query mean")
+    q.add_argument("--output", default=None, help="JSON with every table")
+    q.set_defaults(func=cmd_center_beir)

@@ -36,3 +36,17 @@ def test_centring_modes() -> None:
         centred(q, c, "whiten")
     with pytest.raises(ValueError, match="at least 2 queries"):
         centred(q[:1], c, "corpus + cross-fitted queries")
+
+
+def test_train_query_centring() -> None:
+    from research.centering import centred_with
+
+    rng = np.random.default_rng(2)
+    q, c, stat = rng.normal(size=(6, 3)), rng.normal(size=(5, 3)), rng.normal(size=(9, 3))
+    tq, tc = centred_with(q, c, "corpus + train queries", stat)
+    su = stat / np.linalg.norm(stat, axis=1, keepdims=True)
+    np.testing.assert_allclose(tq, q / np.linalg.norm(q, axis=1, keepdims=True) - su.mean(0))
+    np.testing.assert_allclose(tc, centred(q, c, "corpus only")[1])
+    np.testing.assert_allclose(centred_with(q, c, "plain", None)[0], centred(q, c, "plain")[0])
+    with pytest.raises(ValueError, match="train queries"):
+        centred_with(q, c, "corpus + train queries", None)
