@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import platform
 import re
@@ -1047,22 +1046,16 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _intended_truncation(rec: logging.LogRecord) -> bool:
-    return not rec.getMessage().startswith("truncated ")
-
-
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by the parsed ``bench`` arguments and return the result.
 
     Every setting cuts its texts to its length on purpose (the docs say so), so the
     encoder's per-call truncation warning is filtered while it runs (and only then).
     """
-    log = logging.getLogger("htp_retrieval.encoder")
-    log.addFilter(_intended_truncation)
-    try:
+    from htp_retrieval.encoder import truncation_warnings_off
+
+    with truncation_warnings_off():
         return _run_bench(args)
-    finally:
-        log.removeFilter(_intended_truncation)
 
 
 def _run_bench(args: argparse.Namespace) -> dict[str, Any]:

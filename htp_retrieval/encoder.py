@@ -291,6 +291,27 @@ def auto_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: in
     return windows
 
 
+_TRUNCATION_MARK = "htp_truncation"
+"""Attribute set on the encoder's truncation warning records (:func:`truncation_warnings_off`)."""
+
+
+def _not_truncation(record: logging.LogRecord) -> bool:
+    return not getattr(record, _TRUNCATION_MARK, False)
+
+
+@contextlib.contextmanager
+def truncation_warnings_off() -> Iterator[None]:
+    """Drop the encoder's per-call truncation warnings while the block runs (other warnings
+    pass), for callers that cut texts on purpose or report truncation themselves: the
+    bench truncates every setting to its length; ``ingest`` names truncated documents by
+    id in its report. The filter is removed on exit, also on errors."""
+    logger.addFilter(_not_truncation)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_not_truncation)
+
+
 _INDEX = re.compile(r"(text at index )(\d+)")
 
 
@@ -1276,7 +1297,8 @@ class HTPEncoder:
         more = f" and {len(cut) - 10} more" if len(cut) > 10 else ""
         logger.warning(
             "truncated %d of %d texts to max_length=%d tokens: %s%s (overflow='window' "
-            "embeds them whole)", len(cut), stats.n_texts, self.max_length, named, more)
+            "embeds them whole)", len(cut), stats.n_texts, self.max_length, named, more,
+            extra={_TRUNCATION_MARK: True})
 
     def _encode_texts(
         self,

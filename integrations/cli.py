@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import os
 import re
 import sys
@@ -163,12 +162,6 @@ def _print_skipped(report: Any) -> None:
               "to read them", file=sys.stderr)
 
 
-def _no_batch_truncation_warnings(record: logging.LogRecord) -> bool:
-    """Logging filter: drop the encoder's per-batch truncation warnings (they name batch
-    indices; the ingest report names the truncated documents by id instead)."""
-    return not str(record.msg).startswith("truncated ")
-
-
 @friendly_errors
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Run ``htp-retrieval ingest``: exit 0, 1 with ``--strict`` when documents were rejected,
@@ -184,12 +177,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     """
     if args.quiet:
         quiet_loading()
-    log = logging.getLogger("htp_retrieval.encoder")
-    log.addFilter(_no_batch_truncation_warnings)
-    try:
+    from htp_retrieval.encoder import truncation_warnings_off
+
+    # the encoder's warnings name batch indices; the ingest report names documents by id
+    with truncation_warnings_off():
         return _ingest(args)
-    finally:
-        log.removeFilter(_no_batch_truncation_warnings)
 
 
 def _ingest(args: argparse.Namespace) -> int:

@@ -189,3 +189,21 @@ def test_window_error_names_index_in_call(tiny_llama) -> None:  # noqa: ANN001
     for pipeline in (False, True):
         with pytest.raises(ValueError, match="text at index 30 has"):
             enc.encode(texts, prepare_window=8, pipeline=pipeline)
+
+
+def test_truncation_warnings_off(tiny_llama, caplog) -> None:  # noqa: ANN001
+    """The context drops the truncation warning only, and only inside the block."""
+    import logging
+
+    from htp_retrieval.encoder import logger, truncation_warnings_off
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=8, overflow="truncate")
+    long = "A long text about many things. " * 4
+    with caplog.at_level(logging.WARNING, logger="htp_retrieval.encoder"):
+        with truncation_warnings_off():
+            enc.encode([long])
+            logger.warning("another warning")
+        assert "truncated" not in caplog.text and "another warning" in caplog.text
+        enc.encode([long])
+        assert "truncated 1 of 1 texts to max_length=8 tokens" in caplog.text
