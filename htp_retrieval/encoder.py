@@ -986,7 +986,7 @@ class HTPEncoder:
             if self.spec.pooling == "mean" and not len(lay.pool_positions):
                 raise ValueError("mean pooling: a row has no text token to average")
             pool[r, np.asarray(lay.pool_positions, dtype=np.int64) + off] = 1.0
-        has_ph = bool(np.isin(ids, (self.pst_id, self.bpst_id)).any())
+        has_ph = any(lay.n_placeholders for lay in layouts)
         cuda = dev.type == "cuda"
 
         def move(x: np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -37,14 +37,21 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def centred(q: np.ndarray, c: np.ndarray, mode: str, *, folds: int = 2, seed: int = 0
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Query and chunk vectors ``[n, hidden]`` centred as ``mode`` says (:data:`MODES`).
+def centred(q: np.ndarray, c: np.ndarray, mode: str, *, stat: np.ndarray | None = None,
+            folds: int = 2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Query and chunk (or document) vectors ``[n, hidden]`` centred as ``mode`` says
+    (:data:`MODES`, :data:`BEIR_MODES`); ``corpus + train queries`` centres the queries on
+    the mean of ``stat`` (vectors of other queries of the task, e.g. its train split).
 
     Raises:
-        ValueError: for an unknown mode or fewer queries than folds.
+        ValueError: for an unknown mode, fewer queries than folds, or
+            ``corpus + train queries`` without ``stat``.
     """
     q, c = _unit(q), _unit(c)
+    if mode == "corpus + train queries":
+        if stat is None or not len(stat):
+            raise ValueError("'corpus + train queries' needs the train queries' vectors")
+        return q - _unit(stat).mean(axis=0), c - c.mean(axis=0)
     if mode == "plain":
         return q, c
     c_mean = c.mean(axis=0)
@@ -151,22 +158,6 @@ def across_results(results: list[dict[str, Any]], labels: list[str], mode: str,
 BEIR_MODES = ("plain", "corpus + train queries", "corpus + own queries", "corpus only")
 
 
-def centred_with(q: np.ndarray, c: np.ndarray, mode: str, stat: np.ndarray | None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`centred`, with ``corpus + train queries``: the query side centred on the
-    mean of ``stat`` (unit rows of other queries of the task, e.g. its train split).
-
-    Raises:
-        ValueError: for an unknown mode, or ``corpus + train queries`` without ``stat``.
-    """
-    if mode != "corpus + train queries":
-        return centred(q, c, mode)
-    if stat is None or not len(stat):
-        raise ValueError("'corpus + train queries' needs the train queries' vectors")
-    q, c = _unit(q), _unit(c)
-    return q - _unit(stat).mean(axis=0), c - c.mean(axis=0)
-
-
 def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, max_docs: int,
                 seed: int = 0, n_stat: int = 300) -> dict[str, Any]:
     """Retrieval on a BEIR test subset with every :data:`BEIR_MODES` entry.
@@ -183,7 +174,7 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.data import load_beir, subsample
     from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
-    from htp_retrieval.eval.retrieval import RetrievalResult, top_k_run
+    from htp_retrieval.eval.retrieval import RetrievalResult, encode_corpus, top_k_run
     from htp_retrieval.methods import task_instructions
 
     enc = HTPEncoder(model, method)
@@ -194,13 +185,14 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
     random.Random(seed).shuffle(train_ids)
     qi, di = task_instructions(data.name)
     dids, qids = list(data.corpus), list(data.queries)
-    d_emb = enc.encode([data.doc_text(d) for d in dids], instruction=di, show_progress_bar=True)
+    # as the harness embeds a corpus (length-sorted chunks): the same plain scores
+    d_emb, _ = encode_corpus(enc, [data.doc_text(d) for d in dids], dids, instruction=di)
     q_emb = enc.encode([data.queries[q] for q in qids], instruction=qi)
     stat = enc.encode([train.queries[q] for q in train_ids[:n_stat]], instruction=qi)
     out: dict[str, Any] = {"method": method, "n_stat": min(n_stat, len(train_ids)),
                            "modes": {}, "_per_mode": {}}
     for mode in BEIR_MODES:
-        q, c = centred_with(q_emb, d_emb, mode, stat)
+        q, c = centred(q_emb, d_emb, mode, stat=stat)
         per_query = evaluate_per_query(data.qrels, top_k_run(q, c, qids, dids))
         scores = mean_scores(per_query)
         out["modes"][mode] = scores

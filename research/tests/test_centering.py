@@ -39,14 +39,12 @@ def test_centring_modes() -> None:
 
 
 def test_train_query_centring() -> None:
-    from research.centering import centred_with
-
     rng = np.random.default_rng(2)
     q, c, stat = rng.normal(size=(6, 3)), rng.normal(size=(5, 3)), rng.normal(size=(9, 3))
-    tq, tc = centred_with(q, c, "corpus + train queries", stat)
+    tq, tc = centred(q, c, "corpus + train queries", stat=stat)
     su = stat / np.linalg.norm(stat, axis=1, keepdims=True)
     np.testing.assert_allclose(tq, q / np.linalg.norm(q, axis=1, keepdims=True) - su.mean(0))
     np.testing.assert_allclose(tc, centred(q, c, "corpus only")[1])
-    np.testing.assert_allclose(centred_with(q, c, "plain", None)[0], centred(q, c, "plain")[0])
+    np.testing.assert_allclose(centred(q, c, "plain", stat=stat)[0], centred(q, c, "plain")[0])
     with pytest.raises(ValueError, match="train queries"):
-        centred_with(q, c, "corpus + train queries", None)
+        centred(q, c, "corpus + train queries")
