@@ -92,7 +92,7 @@ def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
         for ``htp~pipew64``; ``(name, {})`` without ``~``.
 
     Raises:
-        ValueError: for an option that is not ``sync``, ``pipe``, ``w<N>`` or ``p<N>``.
+        ValueError: for an option that is not ``sync``, ``pipe``, ``w<N>`` or ``wa``.
     """
     if VARIANT not in name:
         return name, {}
@@ -851,9 +851,9 @@ GPU_TARGETS = {
 }
 """On CUDA these replace or join :data:`TARGETS`: vanilla-mean and htp text tokens/s over
 the raw forward's, and vanilla-mean's text tokens/s over the sentence-transformers peer's
-(at least as fast). The CPU-side preparation target (``prepare_share``) is dropped there:
-with the pipeline, preparation overlaps the forward pass and the throughput ratios are
-what count."""
+(at least as fast). The CPU-side preparation target (``prepare_share``) is not checked
+there: the throughput ratios already count every second of preparation that the forward
+pass does not hide."""
 
 
 def ratios(methods: dict[str, MethodFigures]) -> dict[str, dict[str, float | None]]:
