@@ -37,7 +37,7 @@ from htp_retrieval.chunking import Chunk, split_chunks
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData, load_beir, read_jsonl
 from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
-from htp_retrieval.eval.retrieval import RetrievalResult, top_k_run, versions
+from htp_retrieval.eval.retrieval import RetrievalResult, top_k_run, unit_rows, versions
 from htp_retrieval.methods import task_instructions
 
 CHUNK_METRICS = ("ndcg_cut_10", "recall_10")
@@ -289,10 +289,6 @@ def _weights_digest(encoder: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
 def cached_chunk_embeddings(
     encoder: Any,
     data: SpanData,
@@ -327,7 +323,7 @@ def cached_chunk_embeddings(
             checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / c,
             show_progress_bar=show_progress_bar) for c in ("naive", "late")]
         (a, ca), (b, cb) = parts
-        mixed = {d: (0.5 * (_unit(a[d]) + _unit(b[d]))).astype(np.float32) for d in a}
+        mixed = {d: (0.5 * (unit_rows(a[d]) + unit_rows(b[d]))).astype(np.float32) for d in a}
         cost = {k: ca[k] + cb[k] for k in ("seconds", "text_tokens", "resumed_parts", "cached")}
         cost["peak_memory_bytes"] = max(ca["peak_memory_bytes"], cb["peak_memory_bytes"])
         return mixed, cost
@@ -386,8 +382,7 @@ def score_chunks(
     per_query = evaluate_per_query(qrels, run, metrics=CHUNK_METRICS)
     # in-document: each query ranks its own document's chunks
     row = {cid: i for i, cid in enumerate(cids)}
-    q_unit = q_emb / np.maximum(np.linalg.norm(q_emb, axis=1, keepdims=True), 1e-12)
-    c_unit = c_emb / np.maximum(np.linalg.norm(c_emb, axis=1, keepdims=True), 1e-12)
+    q_unit, c_unit = unit_rows(q_emb), unit_rows(c_emb)
     doc_run: dict[str, dict[str, float]] = {}
     for i, q in enumerate(qids):
         own = sorted({d for d, _, _ in data.spans[q]})

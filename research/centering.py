@@ -30,11 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from htp_retrieval.eval.retrieval import unit_rows as _unit
+
 MODES = ("plain", "corpus + cross-fitted queries", "corpus + own queries", "corpus only")
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def centred(q: np.ndarray, c: np.ndarray, mode: str, *, stat: np.ndarray | None = None,
