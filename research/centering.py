@@ -157,12 +157,13 @@ BEIR_MODES = ("plain", "corpus + train queries", "corpus + own queries", "corpus
 
 
 def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, max_docs: int,
-                seed: int = 0, n_stat: int = 300) -> dict[str, Any]:
+                seed: int = 0, n_stat: int = 300, max_length: int = 512) -> dict[str, Any]:
     """Retrieval on a BEIR test subset with every :data:`BEIR_MODES` entry.
 
     The deployable query statistic is the mean of ``n_stat`` queries of the train split
     (seeded sample) sent through the query path; the test queries never enter a mean
-    except in the ``own`` reference.
+    except in the ``own`` reference. Texts are cut to ``max_length`` tokens (512, as the
+    harness does for BEIR), so the ``plain`` scores are the harness's.
 
     Returns:
         ``{"method", "modes": {mode: scores}, "_per_mode": {mode: RetrievalResult}}``.
@@ -175,7 +176,7 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
     from htp_retrieval.eval.retrieval import RetrievalResult, encode_corpus, top_k_run
     from htp_retrieval.methods import task_instructions
 
-    enc = HTPEncoder(model, method)
+    enc = HTPEncoder(model, method, max_length=max_length, overflow="truncate")
     data = subsample(load_beir(data_path, "test"), n_queries=max_queries or None,
                      n_docs=max_docs or None, seed=seed)
     train = load_beir(data_path, "train")
@@ -205,7 +206,8 @@ def cmd_center_beir(args: argparse.Namespace) -> int:
     from research.paired import compare, paired_table
 
     results = [centre_beir(args.model, m, data_path=args.data, max_queries=args.max_queries,
-                           max_docs=args.max_docs, seed=args.seed, n_stat=args.n_stat)
+                           max_docs=args.max_docs, seed=args.seed, n_stat=args.n_stat,
+                           max_length=args.max_length)
                for m in args.methods.split(",")]
     for r in results:
         print(f"\n{r['method']} (query statistic: {r['n_stat']} train queries)\n")
@@ -285,5 +287,7 @@ def add_parser(asub: Any) -> None:
     q.add_argument("--max-docs", type=int, default=600)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--n-stat", type=int, default=300, help="train queries in the query mean")
+    q.add_argument("--max-length", type=int, default=512,
+                   help="text tokens per text, cut beyond (the harness's BEIR default)")
     q.add_argument("--output", default=None, help="JSON with every table")
     q.set_defaults(func=cmd_center_beir)
