@@ -27,6 +27,7 @@ import random
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -411,6 +412,9 @@ def run_chunk_retrieval(
     query_instruction: str | None = None,
     checkpoint_dir: str | Path | None = None,
     show_progress_bar: bool = True,
+    center_queries: Sequence[str] | str | None = None,
+    center_label: str = "",
+    seed: int = 0,
 ) -> RetrievalResult:
     """Chunk every document, embed the chunks and the queries, and score both scopes.
 
@@ -427,6 +431,12 @@ def run_chunk_retrieval(
             (:func:`~htp_retrieval.methods.task_instructions`).
         checkpoint_dir: Resume folder for the chunk embeddings (:func:`embed_chunks`).
         show_progress_bar: tqdm bars.
+        center_queries: Also score both scopes with centred vectors (chunks on the mean
+            of all chunks, queries on these query texts' mean, or ``"crossfit"``), as
+            :func:`~htp_retrieval.eval.retrieval.run_retrieval` does; the scores get the
+            ``" centred"`` suffix (``NDCG@10 centred``, ``NDCG@10 in-doc centred``).
+        center_label: Name of the query sample, recorded in ``config["centering"]``.
+        seed: Seed of the cross-fitting halves.
 
     Returns:
         A :class:`~htp_retrieval.eval.retrieval.RetrievalResult` whose scores are
@@ -453,11 +463,23 @@ def run_chunk_retrieval(
     q_seconds = time.perf_counter() - t1
     qrels = chunk_qrels(data, chunks)
     scores, per_query = score_chunks(q_emb, c_emb, qids, cids, data, chunks, qrels)
+    centring = None
+    if center_queries is not None:
+        from htp_retrieval.eval.centred import score_centred
+
+        centring = score_centred(
+            encoder, center_queries, q_emb, c_emb,
+            lambda q, c: score_chunks(q, c, qids, cids, data, chunks, qrels),
+            instruction=query_instruction, evaluated=[data.beir.queries[q] for q in qids],
+            label=center_label, seed=seed, scores=scores, per_query=per_query,
+            show_progress_bar=show_progress_bar)
     config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=None,
                   chunking=chunking, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
                   window_tokens=(window_tokens or encoder.max_length)
                   if chunking.startswith("late") else None)
+    if centring is not None:
+        config["centering"] = centring
     n_chunks = len(cids)
     return RetrievalResult(
         dataset=data.name,

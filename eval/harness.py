@@ -150,6 +150,10 @@ class EvalSettings:
             (``-o<overlap>`` in the name when not 0).
         late_window: Late chunking: text tokens per forward pass (``None``: the encoder's
             ``max_length``, the model's window; ``-w<tokens>`` in the name when set).
+        center_queries: Also score every retrieval result with centred vectors
+            (:mod:`htp_retrieval.eval.centred`): a ``DIR:SPLIT`` of a BEIR-format dataset,
+            a query file, or ``crossfit``; ``cen-<label>`` in the result name. STS results
+            are not centred (an error).
         config: A resolved :class:`~htp_retrieval.config.HTPConfig` to evaluate exactly as
             it is (its method, ``max_length`` and ``overflow`` included); ``methods`` must
             be ``[config.method]`` and the sweep and setting fields above their defaults.
@@ -190,6 +194,7 @@ class EvalSettings:
     chunk_overlap: int = 0
     late_window: int | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
+    center_queries: str | None = None
     config: HTPConfig | None = None
 
 
@@ -441,6 +446,10 @@ def _data_tags(settings: EvalSettings, context_length: int | None) -> list[str]:
     dtype = resolve_dtype(settings.dtype, settings.device)
     if dtype != "bfloat16":
         parts.append(dtype)
+    if settings.center_queries:
+        from htp_retrieval.eval.centred import sample_label
+
+        parts.append("cen-" + _safe(sample_label(settings.center_queries)))
     return parts
 
 
@@ -682,6 +691,16 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     """
     if settings.config is not None:
         check_config_settings(settings)
+    sample: list[str] | str | None = None
+    label = ""
+    if settings.center_queries:
+        from htp_retrieval.eval.centred import read_query_sample
+
+        if any(isinstance(it.data, StsData) for it in items):
+            raise ValueError("--center-queries applies to retrieval data; STS-B pairs have "
+                             "no query side")
+        sample, label = read_query_sample(settings.center_queries)
+    center = dict(center_queries=sample, center_label=label, seed=settings.seed)
     results: list[RetrievalResult] = []
     # recorded in each new result; one value per call, so that the cost ratios pair
     # results timed together (:func:`~htp_retrieval.eval.report.same_eval_call`)
@@ -721,7 +740,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
             _log(f"[{label}] {item.name}-{item.split}: encoding ...")
             if isinstance(item.data, SpanData):
                 for chunking in settings.chunkings:
-                    results.append(_run_spans(enc, item, settings, chunking, path, command))
+                    results.append(_run_spans(enc, item, settings, chunking, path, command,
+                                              center))
                 continue
             if isinstance(item.data, StsData):
                 res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
@@ -732,7 +752,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                     enc, item.data, split=item.split,
                     show_progress_bar=settings.show_progress_bar, checkpoint_dir=ckpt,
                     chunk_size=settings.chunk_size,
-                    metrics=SYNTHETIC_METRICS if item.context_length is not None else None)
+                    metrics=SYNTHETIC_METRICS if item.context_length is not None else None,
+                    **center)
                 if isinstance(item.data, SyntheticData):
                     res.query_meta = synthetic_query_meta(item.data)
             res.dataset = item.name
@@ -765,7 +786,7 @@ def chunk_result_path(path: Path, settings: EvalSettings, chunking: str) -> Path
 
 
 def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, path: Path,
-               command: str) -> RetrievalResult:
+               command: str, center: dict[str, Any]) -> RetrievalResult:
     """One chunk-level result (reused if its file exists and ``overwrite`` is off)."""
     assert isinstance(item.data, SpanData)
     out = chunk_result_path(path, settings, chunking)
@@ -778,7 +799,7 @@ def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, 
         enc, item.data, split=item.split, chunking=chunking,
         chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,
         window_tokens=settings.late_window, checkpoint_dir=ckpt,
-        show_progress_bar=settings.show_progress_bar)
+        show_progress_bar=settings.show_progress_bar, **center)
     res.config["command"] = command
     res.config.update(settings.extra_config)
     if item.context_length is not None:
@@ -795,12 +816,15 @@ def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, 
 
 
 def _score_columns(group: list[RetrievalResult]) -> list[str]:
+    from htp_retrieval.eval.centred import CENTRED
+
     keys = set().union(*(r.scores for r in group))
     if "Spearman" in keys:
         return ["Spearman"]
-    if "Acc@1" in keys:
-        return ["Acc@1", "NDCG@10"]
-    return ["NDCG@10", "Recall@100"]
+    cols = ["Acc@1", "NDCG@10"] if "Acc@1" in keys else ["NDCG@10", "Recall@100"]
+    if "NDCG@10 in-doc" in keys:
+        cols = ["NDCG@10", "NDCG@10 in-doc"]
+    return [c for col in cols for c in (col, col + CENTRED) if c in keys or c == col]
 
 
 def _block_cells(config: dict[str, Any]) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import platform
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -311,6 +311,9 @@ def run_retrieval(
     chunk_size: int = 1024,
     query_encoder: Any | None = None,
     metrics: Iterable[str] | None = None,
+    center_queries: Sequence[str] | str | None = None,
+    center_label: str = "",
+    seed: int = 0,
 ) -> RetrievalResult:
     """Embed a corpus and its queries, retrieve by cosine similarity and score.
 
@@ -329,6 +332,14 @@ def run_retrieval(
             query/document method pairing; its config is recorded as ``query_config``).
         metrics: pytrec_eval measures (default: :data:`~htp_retrieval.eval.metrics.
             DEFAULT_METRICS`); e.g. add ``P_1`` (reported as ``Acc@1``) for needle/passkey accuracy.
+        center_queries: Also score with the vectors centred
+            (:func:`~htp_retrieval.eval.centred.centred_vectors`): documents on this
+            corpus's mean, queries on the mean of these query texts (embedded with the query
+            instruction; none may be an evaluated query) or ``"crossfit"``. The centred
+            scores are added with the ``" centred"`` suffix, and ``config["centering"]``
+            records the sample.
+        center_label: Name of the query sample, recorded.
+        seed: Seed of the cross-fitting halves.
 
     Returns:
         The :class:`RetrievalResult` (scores in percent; cost in seconds and bytes).
@@ -356,6 +367,18 @@ def run_retrieval(
     metrics = DEFAULT_METRICS if metrics is None else tuple(metrics)
     per_query = evaluate_per_query(data.qrels, run, metrics=metrics)
     scores = mean_scores(per_query, metrics=metrics)
+    centring = None
+    if center_queries is not None:
+        from htp_retrieval.eval.centred import score_centred
+
+        def score(q: np.ndarray, d: np.ndarray) -> tuple[dict[str, float], dict[str, Any]]:
+            pq = evaluate_per_query(data.qrels, top_k_run(q, d, qids, dids), metrics=metrics)
+            return mean_scores(pq, metrics=metrics), pq
+
+        centring = score_centred(
+            qenc, center_queries, q_emb, d_emb, score, instruction=query_instruction,
+            evaluated=[data.queries[q] for q in qids], label=center_label, seed=seed,
+            scores=scores, per_query=per_query, show_progress_bar=show_progress_bar)
     cost = {
         "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,
@@ -375,6 +398,8 @@ def run_retrieval(
     }
     config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=document_instruction)
+    if centring is not None:
+        config["centering"] = centring
     if query_encoder is not None:
         config["query_config"] = dict(query_encoder.record())
     return RetrievalResult(

@@ -16,6 +16,7 @@ _root = _Path(__file__).resolve().parent.parent
 if not (_Path(__file__).parent / "eval").is_dir() and (_root / "eval" / "__init__.py").is_file():
     __path__.append(str(_root))  # noqa: F821 - the package's own search path
 
+from htp_retrieval.centering import Centering, fit_centering  # noqa: E402
 from htp_retrieval.config import BlockPolicy, HTPConfig, LayerRange  # noqa: E402
 from htp_retrieval.encoder import BPST, PST, EncodeStats, HTPEncoder  # noqa: E402
 from htp_retrieval.methods import ALIASES, METHODS, MethodSpec, get_method  # noqa: E402
@@ -23,6 +24,6 @@ from htp_retrieval.models import DEFAULT_MODEL, PACKAGED, load_model  # noqa: E4
 
 __version__ = "0.1.0"
 __all__ = [
-    "HTPEncoder", "HTPConfig", "BlockPolicy", "LayerRange", "EncodeStats", "PST", "BPST", "MethodSpec", "METHODS", "ALIASES",
+    "HTPEncoder", "HTPConfig", "Centering", "fit_centering", "BlockPolicy", "LayerRange", "EncodeStats", "PST", "BPST", "MethodSpec", "METHODS", "ALIASES",
     "get_method", "load_model", "PACKAGED", "DEFAULT_MODEL", "__version__",
 ]

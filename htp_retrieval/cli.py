@@ -85,7 +85,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
         preset=_preset_arg(args, "eval"), chunkings=chunkings,
         chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap,
-        late_window=args.late_window, config=config)
+        late_window=args.late_window, config=config, center_queries=args.center_queries)
+    if args.center_queries:
+        from htp_retrieval.eval.centred import read_query_sample
+
+        if any(it.kind == "sts" for it in items):
+            raise SystemExit("htp-retrieval eval: --center-queries applies to retrieval data; "
+                             "STS-B pairs have no query side")
+        try:
+            read_query_sample(args.center_queries)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"htp-retrieval eval: --center-queries: {e}") from e
     if config is not None:
         from htp_retrieval.eval.harness import check_config_settings
 
@@ -374,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="evidence-span data (spans/<split>.jsonl): comma list of naive "
                    "(chunks embedded alone), late (pooled from one pass over the document), "
                    "late-mix (mean of the two)")
+    p.add_argument("--center-queries", default=None, metavar="SPEC",
+                   help="also score with vectors centred on the corpus mean and queries on "
+                   "the mean of a query sample: DIR:SPLIT (another split of a BEIR dataset, "
+                   "e.g. ../shared/data/beir/scifact:train), a file of queries (one per line "
+                   "or queries.jsonl), or crossfit (each half of the evaluated queries "
+                   "centred on the other half's mean; for dev splits); columns '... centred'")
     p.add_argument("--chunk-tokens", type=int, default=256,
                    help="evidence-span data: chunk size in tokens (default 256)")
     p.add_argument("--chunk-overlap", type=int, default=0,

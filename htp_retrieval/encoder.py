@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from htp_retrieval.centering import SIDES, Centering, Side
 from htp_retrieval.chunking import Chunk, chunk_token_ranges
 from htp_retrieval.config import SETTING_KEYS, BlockPolicy, HTPConfig
 from htp_retrieval.layout import (
@@ -1159,6 +1160,8 @@ class HTPEncoder:
         prepare_window: int | Literal["auto"] | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
+        centering: Centering | None = None,
+        side: Side | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
@@ -1195,6 +1198,11 @@ class HTPEncoder:
             prompt: Sentence-transformers models only: a prompt text prepended to each text
                 and tokenized with it, as ``SentenceTransformer.encode(prompt=...)`` does
                 (mean-pooled with the text unless the model's ``include_prompt`` is off).
+            centering: A :class:`~htp_retrieval.centering.Centering` fitted with this
+                encoder's config: the vectors come back centred on its ``side`` mean and
+                L2-normalised (``normalize`` is then moot).
+            side: ``"query"`` or ``"document"``: which mean ``centering`` subtracts
+                (required with ``centering``).
 
         Returns:
             ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
@@ -1204,8 +1212,23 @@ class HTPEncoder:
                 index), ``prepare_window < 1``, or with ``overflow="error"`` a text is
                 longer than ``max_length``; for ``prompt``/``prompt_name`` on a model that
                 is not a sentence-transformers folder, an unknown ``prompt_name``, or two of
-                ``instruction``, ``prompt`` and ``prompt_name`` at once.
+                ``instruction``, ``prompt`` and ``prompt_name`` at once; for ``centering``
+                without ``side`` (or ``side`` without ``centering``), or a centring fitted
+                with another config or model.
         """
+        if centering is not None or side is not None:
+            if centering is None or side not in SIDES:
+                raise ValueError(f"centering= needs side='query' or side='document' and side= "
+                                 f"needs centering=, got centering={centering!r}, "
+                                 f"side={side!r}")
+            centering.check_config(self.config.to_dict(), model=self.model_name)
+            vecs = self.encode(texts, instruction=instruction, batch_size=batch_size,
+                               max_tokens_per_batch=max_tokens_per_batch,
+                               show_progress_bar=show_progress_bar, normalize=False,
+                               progress=progress, pipeline=pipeline,
+                               prepare_window=prepare_window, prompt_name=prompt_name,
+                               prompt=prompt)
+            return centering.apply(vecs, side)
         instruction = self._resolve_prompt(instruction, prompt, prompt_name)
         if normalize is None:
             normalize = self.st is not None and self.st.normalize
@@ -1456,6 +1479,7 @@ class HTPEncoder:
         show_progress_bar: bool = False,
         normalize: bool = False,
         progress: Callable[[int], object] | None = None,
+        centering: Centering | None = None,
     ) -> list[np.ndarray]:
         """Contextual chunk embeddings ("late chunking", Günther et al. 2024, arXiv 2409.04701).
 
@@ -1480,6 +1504,9 @@ class HTPEncoder:
             show_progress_bar: Show a tqdm bar over documents.
             normalize: L2-normalize the chunk vectors.
             progress: Called with the number of documents finished, as they finish.
+            centering: A :class:`~htp_retrieval.centering.Centering` fitted with this
+                encoder's config: chunk vectors come back centred on its document mean and
+                L2-normalised.
 
         Returns:
             ``[n_docs]`` float32 arrays ``[n_chunks, hidden]``, chunks in input order.
@@ -1487,10 +1514,14 @@ class HTPEncoder:
         Raises:
             ValueError: for a method without mean pooling (last-token pooling has no
                 per-chunk readout), a document with no chunks or an empty/non-string
-                document (names its index), a chunk span outside its document, or
-                ``window_tokens`` above ``max_length``.
+                document (names its index), a chunk span outside its document,
+                ``window_tokens`` above ``max_length``, or a centring fitted with another
+                config or model.
         """
         from tqdm.auto import tqdm
+
+        if centering is not None:
+            centering.check_config(self.config.to_dict(), model=self.model_name)
 
         if self.spec.pooling != "mean":
             raise ValueError(f"late chunking needs a mean-pooled method; {self.spec.name!r} "
@@ -1564,7 +1595,9 @@ class HTPEncoder:
                             bar.update(1)
                             if progress is not None:
                                 progress(1)
-        if normalize:
+        if centering is not None:
+            out = [centering.apply(arr, "document") for arr in out]
+        elif normalize:
             for arr in out:
                 arr /= np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
         stats.n_windows = len(items)

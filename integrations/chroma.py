@@ -29,6 +29,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from htp_retrieval.centering import CENTRE_KEY, Centering, Side
 from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.dtypes import resolve_dtype
 from htp_retrieval.integrations._runtime import (
@@ -80,11 +82,17 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 EF_NAME = "htp-retrieval"
 _IDENTITY_KEYS = ("model_name", "method", "query_instruction", "document_instruction",
                   "normalize", "max_length", "dtype", "encoder_kwargs", "overflow",
-                  "chunking", "chunk_size", "chunk_overlap", "config")
+                  "chunking", "chunk_size", "chunk_overlap", "config", "centering")
 _LEGACY = {"max_length": 512, "overflow": "truncate", "chunking": "none"}
 """Values of keys a collection made before they existed does not store (it was made so).
 A collection stored without ``config`` (made before configs were stored) embeds with the
 config its settings resolve to today."""
+REFIT_GROWTH = 0.25
+""":func:`ingest` refits a centred collection's document mean (``refit_centering=None``)
+when its vector count differs by more than this fraction from the count the mean was
+fitted on."""
+_REFIT_PENDING = "htp_refit_pending"  # collection metadata: the centring a refit moves to
+_refitting: ContextVar[tuple[str, str] | None] = ContextVar("htp_refitting", default=None)
 CHUNK_WRITE = 64
 """Chunks per write: a long document's chunks are written in groups of this many."""
 _WINDOWS: dict[str, int | None] = {}
@@ -169,6 +177,12 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             or ``encoder.config`` of an encoder you tried, used and stored as is; ``None``:
             resolved from ``method``, ``max_length``, ``overflow`` and ``encoder_kwargs``
             (:meth:`resolved_config`).
+        centering: A :class:`~htp_retrieval.centering.Centering` (or its dict, or a saved
+            file) fitted with this model, config and these instructions: documents and
+            chunks are centred on its document mean, queries on its query mean, and the
+            centring is stored with the collection. :func:`ingest` fits one for a new
+            collection when given ``center_queries``. ``None`` (default): vectors as the
+            encoder makes them.
 
     Raises:
         ValueError: if ``max_length`` or ``batch_size`` is not positive, the method, dtype,
@@ -196,6 +210,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         chunk_size: int = 256,
         chunk_overlap: int = 0,
         config: HTPConfig | Mapping[str, Any] | str | None = None,
+        centering: Centering | Mapping[str, Any] | str | None = None,
     ) -> None:
         from htp_retrieval.chunking import CHUNKINGS, check_chunk_settings
         from htp_retrieval.long_text import OVERFLOWS
@@ -240,6 +255,10 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         self.batch_size = batch_size
         self.config: HTPConfig | None = htp
         """The explicit config (``None``: resolved from the settings, :meth:`resolved_config`)."""
+        self.centering: Centering | None = Centering.coerce(centering)
+        """Centring applied to every vector (``None``: none), stored with the collection."""
+        self._raw: dict[tuple[str, ...], np.ndarray] = {}  # uncentred vectors kept by ingest
+        self._raw_cut: set[tuple[str, ...]] = set()  # those of texts cut to max_length
         self._resolved: tuple[tuple[Any, ...], HTPConfig] | None = None
         self._stores_config = True  # False: rebuilt from a collection stored without one
 
@@ -304,9 +323,18 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         check_model(self.model_name)
         self._shared()
 
-    def _encode(self, texts: Sequence[str], instruction: str | None,
+    def _centre(self, vecs: np.ndarray, side: Side, *, centred: bool = True) -> np.ndarray:
+        """``vecs`` centred on :attr:`centering`'s ``side`` mean (as they are without one, or
+        with ``centred=False``)."""
+        if self.centering is None or not centred:
+            return vecs
+        enc = self._shared().encoder
+        self.centering.check_config(enc.config.to_dict(), model=enc.model_name)
+        return self.centering.apply(vecs, side)
+
+    def _encode(self, texts: Sequence[str], instruction: str | None, side: Side,
                 progress: bool | Callable[[int], object] = False,
-                truncated: list[int] | None = None) -> np.ndarray:
+                truncated: list[int] | None = None, *, centred: bool = True) -> np.ndarray:
         check_texts(texts)
         if len(texts) == 0:
             return np.zeros((0, 0), dtype=np.float32)
@@ -319,20 +347,22 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             )
             if truncated is not None:
                 truncated.extend(int(i) for i, _ in shared.encoder.last_stats.truncated)
-        return vecs
+        return self._centre(vecs, side, centred=centred)
 
     def __call__(self, input: Documents) -> ChromaEmbeddings:
-        """Embed documents: ``[n]`` texts -> ``n`` float32 vectors of ``hidden`` values.
+        """Embed documents: ``[n]`` texts -> ``n`` float32 vectors of ``hidden`` values
+        (centred on the document mean when the function has a :attr:`centering`).
 
         Raises:
             TypeError: if ``input`` is a single string.
             ValueError: if a text carries no content (its index is named).
         """
-        return list(self._encode(input, self.document_instruction))
+        return list(self._encode(input, self.document_instruction, "document"))
 
     def embed_query(self, input: Documents) -> ChromaEmbeddings:
-        """Embed queries (``query_instruction``): ``[n]`` texts -> ``n`` vectors."""
-        return list(self._encode(input, self.query_instruction))
+        """Embed queries (``query_instruction``): ``[n]`` texts -> ``n`` vectors (centred on
+        the query mean when the function has a :attr:`centering`)."""
+        return list(self._encode(input, self.query_instruction, "query"))
 
     def embed_documents_array(
         self, texts: Sequence[str], *, show_progress_bar: bool = False,
@@ -352,8 +382,18 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             ValueError: if a text carries no content, or is longer than ``max_length`` with
                 ``overflow="error"``.
         """
-        return self._encode(texts, self.document_instruction, progress or show_progress_bar,
-                            truncated)
+        keys = [("doc", t) for t in texts]
+        if self._raw and all(k in self._raw for k in keys):  # embedded while fitting
+            vecs = np.stack([self._raw[k] for k in keys])
+            if truncated is not None:
+                truncated.extend(i for i, k in enumerate(keys) if k in self._raw_cut)
+            for k in set(keys):
+                self._raw.pop(k, None)
+            if progress is not None:
+                progress(len(texts))
+            return self._centre(vecs, "document")
+        return self._encode(texts, self.document_instruction, "document",
+                            progress or show_progress_bar, truncated)
 
     def split(self, text: str) -> list[Any]:
         """Chunks of a document by this collection's chunk settings, in the model's tokens.
@@ -368,7 +408,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         return split_chunks(text, tokenizer, chunk_tokens=self.chunk_size,
                             chunk_overlap=self.chunk_overlap)
 
-    def embed_chunks(self, text: str, chunks: Sequence[Any]) -> np.ndarray:
+    def embed_chunks(self, text: str, chunks: Sequence[Any], *, centred: bool = True
+                     ) -> np.ndarray:
         """Embed the chunks of one document by this collection's chunking.
 
         ``naive``: each chunk's text on its own (with the document instruction); ``late``:
@@ -379,22 +420,29 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
             text: The document.
             chunks: Its chunks (:meth:`split`).
 
+            centred: Centre on :attr:`centering`'s document mean (when there is one).
+
         Returns:
             ``[n_chunks, hidden]`` float32 array.
 
         Raises:
             ValueError: if the chunking is ``none``, or the encoder refuses the text.
         """
+        key = ("chunks", text, *(f"{c.start}:{c.end}" for c in chunks))
+        if key in self._raw:  # embedded while fitting the centring
+            return self._centre(self._raw.pop(key), "document", centred=centred)
         if self.chunking == "naive":
-            return self._encode([c.text(text) for c in chunks], self.document_instruction)
+            return self._encode([c.text(text) for c in chunks], self.document_instruction,
+                                "document", centred=centred)
         if self.chunking != "late":
             raise ValueError(f"embed_chunks needs chunking 'naive' or 'late', not "
                              f"{self.chunking!r}")
         shared = self._shared()
         with shared.lock:
-            return shared.encoder.encode_late_chunks(
+            vecs = shared.encoder.encode_late_chunks(
                 [text], [list(chunks)], instruction=self.document_instruction,
                 normalize=self.normalize, batch_size=self.batch_size)[0]
+        return self._centre(vecs, "document", centred=centred)
 
     @staticmethod
     def name() -> str:
@@ -426,6 +474,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         }
         if with_config and self._stores_config:
             out["config"] = self.resolved_config().to_dict()
+        if self.centering is not None:  # absent, not None: plain collections store as before
+            out["centering"] = self.centering.to_dict()
         return out
 
     def get_config(self) -> dict[str, Any]:
@@ -511,7 +561,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         """
         asked = as_htp_config(new_config.get("config"))
         with_config = asked is not None
-        plain = [k for k in _IDENTITY_KEYS if k in new_config and k != "config"
+        plain = [k for k in _IDENTITY_KEYS if k in new_config and k not in ("config", "centering")
                  and not (with_config and k == "encoder_kwargs")]
         changed = [k for k in plain if new_config[k] != old_config.get(k)]
         pairs = [f"{k} stored {old_config.get(k)!r}, requested {new_config[k]!r}"
@@ -523,6 +573,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
                 if old_rt != new_rt:
                     pairs.append(f"encoder_kwargs stored {old_rt!r}, requested {new_rt!r}")
             pairs += config_diff(stored_htp_config(old_config), asked, skip=changed)
+        if "centering" in new_config:  # a function without one leaves the stored one alone
+            pairs += centering_conflict(old_config.get("centering"), new_config["centering"])
         if pairs:
             raise SettingsConflictError(
                 f"cannot change settings of an existing collection ({'; '.join(pairs)}): leave "
@@ -534,6 +586,31 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         if self.config is not None or self._resolved is not None:
             shown["config"] = self.resolved_config().to_dict()
         return f"HTPEmbeddingFunction({shown!r})"
+
+
+def centering_conflict(stored: Mapping[str, Any] | None, requested: Mapping[str, Any] | None
+                       ) -> list[str]:
+    """Why a collection's stored centring cannot become ``requested`` (empty: it can).
+
+    The stored vectors were centred on the stored document mean, so the document side must
+    stay as it is (or stay absent); the query mean may change freely (a new query sample
+    changes no stored vector).
+    """
+    if stored is None and requested is None:
+        return []
+    if stored is None or requested is None:
+        return [f"centering stored {'none' if stored is None else 'fitted'}, requested "
+                f"{'none' if requested is None else 'fitted'} (stored vectors would mix "
+                "centred and uncentred ones)"]
+    a, b = Centering.from_dict(stored), Centering.from_dict(requested)
+    moved = not np.array_equal(a.document_mean, b.document_mean)
+    if moved and _refitting.get() == (a.document_digest(), b.document_digest()):
+        moved = False  # refit_documents re-centred every stored vector on the new mean
+    if moved or a.document_instruction != b.document_instruction or a.config != b.config \
+            or a.model != b.model:
+        return ["centering document side differs from the stored one (its vectors were "
+                "centred on the stored document mean): only the query side may change"]
+    return []
 
 
 def stored_htp_config(stored: Mapping[str, Any]) -> HTPConfig:
@@ -853,6 +930,7 @@ class IngestReport:
         skipped: Files of a folder source that were not read (extension, hidden).
         stale: Stored documents whose source entry is gone, left in place.
         pruned: Stored documents whose source entry is gone, removed (``prune=True``).
+        centering: How the collection's vectors are centred (``""``: not centred).
         truncated: Documents cut to ``max_length`` tokens when embedded (only with
             ``overflow="truncate"``).
         count: Vectors in the collection afterwards (documents, or chunks of a chunked
@@ -870,6 +948,7 @@ class IngestReport:
     pruned: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     count: int = 0
+    centering: str = ""
 
     def summary(self) -> str:
         """One line, e.g. ``essays: 49 read, 47 added, 0 updated, 0 unchanged, 2 rejected,
@@ -878,9 +957,10 @@ class IngestReport:
         tail = f", {len(self.pruned)} pruned" if self.pruned else (
             f", {len(self.stale)} stale (--prune removes them)" if self.stale else ", 0 stale")
         cut = f", {len(self.truncated)} truncated" if self.truncated else ""
+        centred = f"; {self.centering}" if self.centering else ""
         return (f"{self.collection}: {self.seen} read, {self.added} added, {self.updated} "
                 f"updated, {self.unchanged} unchanged, {len(self.rejected)} rejected, "
-                f"{len(self.skipped)} skipped{cut}{tail}; {self.count} in collection")
+                f"{len(self.skipped)} skipped{cut}{tail}; {self.count} in collection{centred}")
 
 
 def _sha(text: str) -> str:
@@ -951,12 +1031,19 @@ def write_batch(
         col.upsert(
             ids=[d.id for d, _ in todo],
             documents=[d.text or "" for d, _ in todo],
-            metadatas=[{**d.metadata, "content_sha256": sha} for d, sha in todo],
+            metadatas=[{**d.metadata, "content_sha256": sha, **_centre_tag(ef)}
+                       for d, sha in todo],
             embeddings=vecs,
         )
         if truncated is not None:
             truncated.extend(todo[i][0].id for i in sorted(set(cut)))
     return statuses
+
+
+def _centre_tag(ef: Any) -> dict[str, str]:
+    """The :data:`~htp_retrieval.centering.CENTRE_KEY` metadata of a vector ``ef`` makes."""
+    cen = getattr(ef, "centering", None)
+    return {} if cen is None else {CENTRE_KEY: cen.document_digest()}
 
 
 def chunk_id(doc_id: str, index: int) -> str:
@@ -1048,7 +1135,8 @@ def write_chunked(
                 documents=[c.text(text) for c in group],
                 metadatas=[{**d.metadata, "content_sha256": sha, "parent_id": d.id,
                             "chunk_index": c.index, "chunk_start": c.start,
-                            "chunk_end": c.end, "n_chunks": n} for c in group],
+                            "chunk_end": c.end, "n_chunks": n, **_centre_tag(ef)}
+                           for c in group],
                 embeddings=vecs[g : g + CHUNK_WRITE],
             )
         if progress is not None:
@@ -1092,6 +1180,9 @@ def ingest(
     on_batch: Callable[[IngestReport], None] | None = None,
     include: Sequence[str] = (),
     prune: bool = False,
+    center_queries: Sequence[str] | None = None,
+    query_source: str = "",
+    refit_centering: bool | None = None,
 ) -> IngestReport:
     """Embed a folder of text files or a BEIR corpus into a Chroma collection.
 
@@ -1123,6 +1214,20 @@ def ingest(
             skipped files are listed in the report either way.
         prune: Delete stored documents whose source entry is gone (a rejected entry is not
             gone: its stored version stays, and the report lists it as rejected).
+        center_queries: A sample of queries of the kind the collection will serve (never
+            the ones it is evaluated on). For a new collection: the whole source is
+            embedded first (kept in memory, not embedded twice), a
+            :class:`~htp_retrieval.centering.Centering` is fitted on its vectors (chunks
+            for a chunked collection) and on these queries, stored with the collection, and
+            every vector written and every query is centred with it. For an existing
+            centred collection: only the query mean is refitted (no stored vector changes).
+        query_source: Where ``center_queries`` came from (recorded with the centring).
+        refit_centering: A centred collection's document mean after this ingest: ``None``
+            (default) refits it (:func:`refit_documents`: every stored vector re-centred,
+            nothing embedded again) when the vector count differs by more than
+            :data:`REFIT_GROWTH` from the count it was fitted on; ``True`` always,
+            ``False`` never. Between refits, new vectors are centred on the stored mean,
+            so stored vectors and queries always use one transform.
 
     Returns:
         The :class:`IngestReport` (rejected documents with their ids and reasons, skipped
@@ -1131,9 +1236,10 @@ def ingest(
     Raises:
         FileNotFoundError: if the source does not exist or holds no document (an empty
             source never creates a collection nor prunes one).
-        ValueError: for an invalid collection name, ``batch_size`` < 1, or an existing
+        ValueError: for an invalid collection name, ``batch_size`` < 1, an existing
             collection with another embedding function or config
-            (:class:`SettingsConflictError`).
+            (:class:`SettingsConflictError`), an empty ``center_queries``, or
+            ``center_queries`` for an existing collection stored without centring.
         ImportError: if a new collection's packaged model is not installed.
         ConnectionError: if the Chroma server does not answer.
 
@@ -1147,12 +1253,45 @@ def ingest(
     check_collection_name(collection)
     src = check_documents(source, include)
     listing = None if corpus_file(src) is not None else list_folder(src, include)
+    if center_queries is not None:
+        if isinstance(center_queries, str):
+            raise TypeError("center_queries must be a list of query texts, not a string")
+        center_queries = list(center_queries)
+        if not center_queries:
+            raise ValueError("center_queries is empty: give a sample of real queries, or "
+                             "leave it out for an uncentred collection")
+        check_texts(center_queries)
     client = make_client(db)
+    fit_here = center_queries is not None and collection not in _names(client)
+    if fit_here:
+        embedding_function = embedding_function or HTPEmbeddingFunction()
+        if embedding_function.centering is not None:
+            raise ValueError("pass either center_queries or an embedding function with a "
+                             "centering, not both")
+        embedding_function.load()  # before anything is created, as without centring
+        embedding_function.centering = fit_source_centering(
+            embedding_function, src, include, center_queries, query_source=query_source,
+            batch_size=batch_size, show_progress=show_progress)
     col, ef, created = prepare_collection(client, collection,
                                           embedding_function=embedding_function)
+    if center_queries is not None and not fit_here:
+        recenter_queries(col, center_queries, query_source=query_source, ef=ef)
+    if fit_here:  # the vectors embedded while fitting, not embedded again
+        ef._raw, ef._raw_cut = embedding_function._raw, embedding_function._raw_cut
+    if ef.centering is not None and (col.metadata or {}).get(_REFIT_PENDING):
+        refit_documents(col, ef=ef)  # a refit cut short: finish it before writing
     try:
-        return _ingest_into(col, ef, src, listing, include, collection, batch_size=batch_size,
-                            show_progress=show_progress, on_batch=on_batch, prune=prune)
+        report = _ingest_into(col, ef, src, listing, include, collection,
+                              batch_size=batch_size, show_progress=show_progress,
+                              on_batch=on_batch, prune=prune)
+        cen = ef.centering
+        if cen is not None and not fit_here and refit_centering is not False and (
+                refit_centering or abs(report.count - cen.n_documents)
+                > REFIT_GROWTH * cen.n_documents):
+            cen = refit_documents(col, ef=ef)
+            report.centering = (f"centred: document mean refitted on {cen.n_documents} "
+                                f"vectors, query mean of {cen.n_queries} queries")
+        return report
     except Exception:
         if created and col.count() == 0:  # made by this call, nothing in it: remove it,
             client.delete_collection(collection)  # so a rerun may use other settings
@@ -1160,6 +1299,190 @@ def ingest(
                 "ingest into the new collection %r stopped before writing anything: removed "
                 "it, so a rerun (with other settings too) starts clean", collection)
         raise
+    finally:
+        ef._raw, ef._raw_cut = {}, set()
+        if embedding_function is not None:
+            embedding_function._raw, embedding_function._raw_cut = {}, set()
+
+
+def fit_source_centering(
+    ef: HTPEmbeddingFunction, src: Any, include: Sequence[str], queries: Sequence[str], *,
+    query_source: str = "", batch_size: int = 16, show_progress: bool = True,
+) -> Centering:
+    """Fit a :class:`~htp_retrieval.centering.Centering` on a source's vectors and a query
+    sample, as :func:`ingest` does for a new collection with ``center_queries``.
+
+    Every accepted document is embedded as the collection will store it (one vector per
+    document, or its chunks), in the batches :func:`ingest` writes, and its uncentred
+    vectors are kept on ``ef`` so the writes that follow use them instead of embedding
+    again. Rejected documents are left out (ingest reports them).
+
+    Args:
+        ef: The new collection's embedding function (without a centring).
+        src: A source checked by :func:`~htp_retrieval.integrations.sources.check_documents`.
+        include: Extra glob patterns, as for :func:`ingest`.
+        queries: ``[n]`` query texts, embedded with ``ef.query_instruction``.
+        query_source: Where the queries came from (recorded).
+        batch_size: Documents per batch (:func:`ingest`'s).
+        show_progress: tqdm bar over documents.
+
+    Returns:
+        The fitted centring (document mean over all vectors of the source).
+
+    Raises:
+        FileNotFoundError: if the source holds no usable document.
+        ValueError: as embedding raises (a text over ``max_length`` with
+            ``overflow="error"``, ...).
+    """
+    from tqdm.auto import tqdm
+
+    vecs: list[np.ndarray] = []
+    batch: list[str] = []
+
+    def flush() -> None:
+        if batch:
+            cut: list[int] = []
+            got = ef._encode(batch, ef.document_instruction, "document", truncated=cut,
+                             centred=False)
+            for i, (t, v) in enumerate(zip(batch, got, strict=True)):
+                ef._raw[("doc", t)] = v
+                if i in cut:
+                    ef._raw_cut.add(("doc", t))
+            vecs.append(got)
+            bar.update(len(batch))
+            batch.clear()
+
+    with tqdm(total=count_source(src), disable=not show_progress, unit="doc",
+              desc="fit centring") as bar:
+        for doc in read_source(src, include):
+            if doc.error is not None or doc.text is None:
+                bar.update(1)
+                continue
+            if ef.chunking == "none":
+                batch.append(doc.text)
+                if len(batch) >= batch_size:
+                    flush()
+                continue
+            chunks = ef.split(doc.text)
+            if chunks:
+                v = ef.embed_chunks(doc.text, chunks, centred=False)
+                ef._raw[("chunks", doc.text, *(f"{c.start}:{c.end}" for c in chunks))] = v
+                vecs.append(v)
+            bar.update(1)
+        flush()
+    if not vecs:
+        raise FileNotFoundError(f"{src} holds no usable document to fit a centring on")
+    q = ef._encode(list(queries), ef.query_instruction, "query", centred=False)
+    enc = ef._shared().encoder
+    return Centering.fit(np.concatenate(vecs), q, query_source=query_source,
+                         config=enc.config.to_dict(), model=enc.model_name,
+                         query_instruction=ef.query_instruction,
+                         document_instruction=ef.document_instruction)
+
+
+def recenter_queries(col: Any, queries: Sequence[str], *, query_source: str = "",
+                     ef: HTPEmbeddingFunction | None = None) -> Centering:
+    """Refit a centred collection's query mean on ``queries`` and store it.
+
+    The document mean, and so every stored vector, stays as it is; later queries (in this
+    and any other process) are centred on the new query mean.
+
+    Args:
+        col: A collection made by :func:`ingest` with a centring.
+        queries: ``[n]`` query texts of the kind the collection serves.
+        query_source: Where they came from (recorded).
+        ef: The collection's embedding function as opened (default: read from ``col``); its
+            ``centering`` is replaced.
+
+    Returns:
+        The stored :class:`~htp_retrieval.centering.Centering`.
+
+    Raises:
+        ValueError: if the collection has no centring (its stored vectors are not centred:
+            ingest into a new collection with ``center_queries``), or a query is empty.
+    """
+    ef = ef or collection_embedding_function(col)
+    if ef.centering is None:
+        raise ValueError(f"collection {col.name!r} was made without centring, so its stored "
+                         "vectors are not centred: ingest into a new collection with "
+                         "center_queries (--center-queries) to centre it")
+    check_texts(queries)
+    q = ef._encode(list(queries), ef.query_instruction, "query", centred=False)
+    ef.centering = ef.centering.with_queries(q, query_source=query_source)
+    col.modify(configuration={"embedding_function": ef})
+    return ef.centering
+
+
+def _pages(col: Any, page: int) -> Any:
+    """``(ids, [n, hidden] embeddings, metadatas)`` of every stored vector, a page at a time."""
+    done = 0
+    while True:
+        got = col.get(include=["embeddings", "metadatas"], limit=page, offset=done)
+        ids = list(got["ids"])
+        if ids:
+            yield ids, np.asarray(got["embeddings"], dtype=np.float32), list(
+                got["metadatas"] or [None] * len(ids))
+        done += len(ids)
+        if len(ids) < page:
+            return
+
+
+def refit_documents(col: Any, *, ef: HTPEmbeddingFunction | None = None, page: int = 1000
+                    ) -> Centering:
+    """Refit a centred collection's document mean on every stored vector and re-centre them.
+
+    Each stored vector is turned back into the unit vector it was made from
+    (:meth:`~htp_retrieval.centering.Centering.uncentre_documents`, exact: no text is
+    embedded again), the new mean is their mean, and every vector is rewritten centred on
+    it (tagged :data:`~htp_retrieval.centering.CENTRE_KEY`) before the collection's stored
+    centring changes; the query mean stays. The target centring is recorded in the
+    collection's metadata first, so a run killed half-way is finished by the next call (or
+    the next :func:`ingest`), which skips the vectors already re-centred.
+
+    Args:
+        col: A collection made by :func:`ingest` with a centring.
+        ef: Its embedding function as opened (default: read from ``col``).
+        page: Vectors read and written per request.
+
+    Returns:
+        The stored :class:`~htp_retrieval.centering.Centering` (``n_documents``: the
+        collection's vector count).
+
+    Raises:
+        ValueError: if the collection has no centring.
+    """
+    ef = ef or collection_embedding_function(col)
+    cen = ef.centering
+    if cen is None:
+        raise ValueError(f"collection {col.name!r} has no centring to refit: ingest into a "
+                         "new collection with center_queries (--center-queries)")
+    meta = dict(col.metadata or {})
+    pending = meta.get(_REFIT_PENDING)
+    new = Centering.from_dict(json.loads(pending)) if pending else None
+    if new is None:
+        total, n = np.zeros(cen.hidden, dtype=np.float64), 0
+        for _, vecs, _metas in _pages(col, page):
+            total += cen.uncentre_documents(vecs).sum(axis=0, dtype=np.float64)
+            n += len(vecs)
+        if n == 0:
+            return cen
+        new = cen.replace(document_mean=total / n, n_documents=n)
+        col.modify(metadata={**meta, _REFIT_PENDING: json.dumps(new.to_dict())})
+    tag = new.document_digest()
+    for ids, vecs, metas in _pages(col, page):
+        todo = [j for j, m in enumerate(metas) if (m or {}).get(CENTRE_KEY) != tag]
+        if todo:
+            col.update(ids=[ids[j] for j in todo],
+                       embeddings=new.apply(cen.uncentre_documents(vecs[todo]), "document"),
+                       metadatas=[{CENTRE_KEY: tag}] * len(todo))
+    token = _refitting.set((cen.document_digest(), tag))
+    try:
+        ef.centering = new
+        col.modify(configuration={"embedding_function": ef})
+    finally:
+        _refitting.reset(token)
+    col.modify(metadata={**meta, _REFIT_PENDING: ""})
+    return new
 
 
 def _ingest_into(col: Any, ef: HTPEmbeddingFunction, src: Any, listing: Any, include: Any,
@@ -1225,6 +1548,11 @@ def finish_report(report: IngestReport, col: Any, seen: set[str], *, prune: bool
     else:
         report.stale = stale
     report.count = col.count()
+    ef = (getattr(col, "configuration", None) or {}).get("embedding_function")
+    cen = getattr(ef, "centering", None)
+    if cen is not None:
+        report.centering = (f"centred: document mean of {cen.n_documents} vectors, query mean "
+                            f"of {cen.n_queries} queries")
     return report
 
 
@@ -1333,4 +1661,5 @@ __all__ = ["HTPEmbeddingFunction", "IngestReport", "Rejected", "Hit", "SourceDoc
            "read_beir_lines", "write_batch", "write_chunked", "chunk_id", "model_window",
            "finish_report", "stale_ids", "CHUNK_WRITE", "GROUP_FACTOR",
            "SettingsConflictError", "stored_htp_config", "config_diff",
-           "CollectionNotFoundError", "DatabaseNotFoundError"]
+           "CollectionNotFoundError", "DatabaseNotFoundError", "fit_source_centering",
+           "recenter_queries", "centering_conflict", "refit_documents", "REFIT_GROWTH"]

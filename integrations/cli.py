@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from htp_retrieval.models import DEFAULT_MODEL
@@ -199,6 +200,12 @@ def _ingest(args: argparse.Namespace) -> int:
 
     check_collection_name(args.collection)
     check_documents(args.source, args.include)
+    from htp_retrieval.centering import read_query_file
+
+    queries = read_query_file(args.center_queries) if args.center_queries else None
+    if args.ray and queries is not None:
+        raise ValueError("--center-queries is not supported with --ray: ingest once without "
+                         "--ray to create the centred collection")
     if args.ray and not str(args.db).startswith(("http://", "https://")):
         raise ValueError(f"--ray writes to a Chroma server: give --db http://HOST:PORT of a "
                          f"'chroma run' server, not {args.db!r}")
@@ -244,7 +251,10 @@ def _ingest(args: argparse.Namespace) -> int:
         report = ingest(args.source, db=client, collection=args.collection,
                         embedding_function=ef, batch_size=args.batch_size,
                         show_progress=not args.quiet, include=tuple(args.include),
-                        prune=args.prune)
+                        prune=args.prune, center_queries=queries,
+                        refit_centering={"auto": None, "always": True,
+                                         "never": False}[args.refit_centering],
+                        query_source=Path(args.center_queries).name if queries else "")
     for r in report.rejected:
         print(f"rejected {r.id}: {r.reason}", file=sys.stderr)
     _print_skipped(report)
@@ -336,10 +346,13 @@ def cmd_collections(args: argparse.Namespace) -> int:
             chunks = (f"  chunking {s.get('chunking', 'none')}" if s.get("chunking", "none")
                       == "none" else f"  chunking {s.get('chunking')} {s.get('chunk_size')}"
                       f"/{s.get('chunk_overlap')} tokens")
+            cen = s.get("centering")
+            centred = (f"  centred ({cen.get('n_documents')} document vectors, "
+                       f"{cen.get('n_queries')} queries)" if cen else "")
             print(f"{c.name}  {c.count} vectors  model {s.get('model_name')}  method "
                   f"{s.get('method')}  dtype {s.get('dtype')}  max_length "
                   f"{s.get('max_length')}  overflow {s.get('overflow', 'truncate')}{chunks}  "
-                  f"query_instruction {s.get('query_instruction')!r}")
+                  f"query_instruction {s.get('query_instruction')!r}{centred}")
     if not infos and not args.json:
         print(f"no collections in {args.db}", file=sys.stderr)
     return 0
@@ -432,6 +445,16 @@ def add_subcommands(subparsers: Any) -> None:
                         "results JSON with an 'htp_config' key) for a new collection; "
                         "--method, --max-length and --overflow follow it (new: resolved from "
                         "the flags and the model; the whole config is stored either way)")
+    g.add_argument("--center-queries", default=None, metavar="FILE",
+                   help="centre vectors on the corpus mean and queries on the mean of these "
+                        "sample queries (one per line, or a BEIR queries.jsonl): a new "
+                        "collection is fitted and stores the centring; an existing centred "
+                        "one refits only its query mean (see docs/RAG.md, Centring)")
+    g.add_argument("--refit-centering", default="auto", choices=("auto", "always", "never"),
+                   help="a centred collection's document mean after this ingest: refitted "
+                        "on every stored vector (re-centred, nothing embedded again) when "
+                        "the vector count changed by more than 25%% since the last fit "
+                        "(auto), always, or never")
     p.add_argument("--include", action="append", default=[], metavar="PATTERN",
                    help="also read files matching this glob (repeatable), e.g. '*.rst'")
     p.add_argument("--prune", action="store_true",

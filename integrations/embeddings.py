@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from htp_retrieval.centering import Centering, Side
 from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.integrations._runtime import (
     EncoderConfig,
@@ -110,6 +111,14 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         emb = HTPEmbeddings(config=cfg)            # or config=cfg.to_dict() / cfg.to_json()
         assert emb.htp_config == cfg
 
+    Centring: ``centering`` (a :class:`~htp_retrieval.centering.Centering`, its dict or a
+    saved file; :meth:`fit_centering` fits one from a corpus and a sample of real queries)
+    centres queries on its query mean and documents on its document mean, which lifts
+    decoder embeddings out of their narrow cone (docs/INTEGRATIONS.md, "Centring")::
+
+        cen = emb.fit_centering(corpus_texts, sample_queries)
+        emb = HTPEmbeddings(centering=cen)          # or centering="centering.json"
+
     Arguments carried over from ``HuggingFaceEmbeddings`` / ``HuggingFaceEmbedding`` keep
     their meaning: ``text_instruction`` for ``document_instruction``, ``model_kwargs`` for loading (``device``, ``dtype``/``torch_dtype``, and
     :class:`~htp_retrieval.HTPEncoder` keywords), ``encode_kwargs`` for encoding
@@ -197,6 +206,19 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     (``k``, ``tp_start``, ``preset``, ...; :data:`~htp_retrieval.config.SETTING_KEYS`),
     together with it raises ``ValueError``: change the config instead
     (:meth:`~htp_retrieval.config.HTPConfig.replace`)."""
+    centering: Annotated[
+        Centering | None, SkipValidation, WithJsonSchema({"type": ["object", "null"]})
+    ] = Field(
+        default=None,
+        description="A Centering (or its dict, or a path to a saved one): queries and "
+        "documents centred on its means.",
+    )
+    """A :class:`~htp_retrieval.centering.Centering` fitted with this model, method and
+    these instructions (:meth:`fit_centering`), its ``to_dict()``, or the path of one saved
+    with ``Centering.save``: queries are then centred on its query mean and documents (and
+    late chunks) on its document mean, and come back L2-normalised. ``None`` (default): no
+    centring. Fit it once on the corpus and a query sample and keep it fixed while a vector
+    store is filled: vectors centred with different means do not mix."""
     show_progress: bool = Field(
         default=False, description="tqdm bar in embed_documents / aembed_documents."
     )
@@ -250,6 +272,15 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     @field_serializer("config")
     def _dump_config(self, v: HTPConfig | None) -> dict[str, Any] | None:
+        return None if v is None else v.to_dict()
+
+    @field_validator("centering", mode="before")
+    @classmethod
+    def _check_centering(cls, v: Any) -> Centering | None:
+        return Centering.coerce(v)
+
+    @field_serializer("centering")
+    def _dump_centering(self, v: Centering | None) -> dict[str, Any] | None:
         return None if v is None else v.to_dict()
 
     @model_validator(mode="after")
@@ -326,27 +357,26 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         """The shared :class:`~htp_retrieval.HTPEncoder` (loads the model on first access)."""
         return self._shared().encoder
 
-    def _encode(
-        self, shared: SharedEncoder, texts: list[str], instruction: str | None, progress: bool
-    ) -> list[list[float]]:
-        vecs: np.ndarray = shared.encode(
-            texts,
-            instruction=instruction,
-            normalize=self.normalize,
-            batch_size=self.embed_batch_size,
-            show_progress_bar=progress,
-        )
-        return vecs.tolist()
+    def _centred(self, shared: SharedEncoder, vecs: np.ndarray, side: Side) -> np.ndarray:
+        """``vecs`` centred on ``centering``'s ``side`` mean (as they are without one)."""
+        cen = self.centering
+        if cen is None:
+            return vecs
+        cen.check_config(shared.encoder.config.to_dict(), model=shared.encoder.model_name)
+        return cen.apply(vecs, side)
 
-    def _embed(self, texts: list[str], instruction: str | None, progress: bool = False
-               ) -> list[list[float]]:
+    def _embed(self, texts: list[str], instruction: str | None, side: Side,
+               progress: bool = False) -> list[list[float]]:
         check_texts(texts)
         if not texts:
             return []
-        return self._encode(self._shared(), list(texts), instruction, progress)
+        shared = self._shared()
+        vecs = shared.encode(list(texts), instruction=instruction, normalize=self.normalize,
+                             batch_size=self.embed_batch_size, show_progress_bar=progress)
+        return self._centred(shared, vecs, side).tolist()
 
-    async def _aembed(self, texts: list[str], instruction: str | None, progress: bool = False
-                      ) -> list[list[float]]:
+    async def _aembed(self, texts: list[str], instruction: str | None, side: Side,
+                      progress: bool = False) -> list[list[float]]:
         check_texts(texts)
         if not texts:
             return []
@@ -358,7 +388,37 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             batch_size=self.embed_batch_size,
             show_progress_bar=progress,
         )
-        return vecs.tolist()
+        return self._centred(shared, vecs, side).tolist()
+
+    def fit_centering(self, documents: list[str], queries: list[str], *,
+                      query_source: str = "") -> Centering:
+        """Fit a :class:`~htp_retrieval.centering.Centering` for this object: the documents
+        and queries embedded as :meth:`embed_documents` and :meth:`embed_query` embed them
+        (without centring), their means recorded with the encoder config and instructions.
+        Pass it as ``centering=`` (or assign ``emb.centering = ...``), or ``save`` it.
+
+        Args:
+            documents: ``[n_docs]`` texts of the corpus (or its chunks).
+            queries: ``[n_queries]`` queries of the same kind as real ones (e.g. a task's
+                train or dev queries, or queries already served), never those it will be
+                evaluated on.
+            query_source: Where the query sample came from (recorded).
+
+        Raises:
+            TypeError: if a list is a single string.
+            ValueError: if a list is empty or a text carries no content.
+        """
+        from htp_retrieval.centering import fit_centering
+
+        check_texts(documents)
+        check_texts(queries)
+        shared = self._shared()
+        with shared.lock:
+            return fit_centering(shared.encoder, documents, queries,
+                                 query_instruction=self._query_prompt,
+                                 document_instruction=self._document_prompt,
+                                 query_source=query_source,
+                                 show_progress_bar=self.show_progress)
 
     # ------------------------------------------------------------ late chunking
     def embed_late_chunks(
@@ -408,7 +468,8 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             return shared.encoder.encode_late_chunks(
                 list(documents), chunks, instruction=self._document_prompt,
                 window_tokens=window_tokens, normalize=self.normalize,
-                batch_size=self.embed_batch_size, show_progress_bar=self.show_progress)
+                batch_size=self.embed_batch_size, show_progress_bar=self.show_progress,
+                centering=self.centering)
 
     # ---------------------------------------------------------------- LangChain
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -424,7 +485,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             TypeError: if ``texts`` is a single string.
             ValueError: if a text carries no content (its index is named).
         """
-        return self._embed(texts, self._document_prompt, self.show_progress)
+        return self._embed(texts, self._document_prompt, "document", self.show_progress)
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (``query_instruction``) for LangChain.
@@ -437,16 +498,16 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
             ValueError: if the text carries no content.
         """
         _one_text(text)
-        return self._embed([text], self._query_prompt)[0]
+        return self._embed([text], self._query_prompt, "query")[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`embed_documents` (worker thread; concurrent calls are batched)."""
-        return await self._aembed(texts, self._document_prompt, self.show_progress)
+        return await self._aembed(texts, self._document_prompt, "document", self.show_progress)
 
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query` (runs on a worker thread)."""
         _one_text(text)
-        return (await self._aembed([text], self._query_prompt))[0]
+        return (await self._aembed([text], self._query_prompt, "query"))[0]
 
     # --------------------------------------------------------------- LlamaIndex
     def get_text_embedding_batch(self, texts: list[str], show_progress: bool = False,
@@ -465,27 +526,27 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
 
     def _get_query_embedding(self, query: str) -> list[float]:
         """LlamaIndex query embedding (``query_instruction``), ``hidden`` floats."""
-        return self._embed([query], self._query_prompt)[0]
+        return self._embed([query], self._query_prompt, "query")[0]
 
     def _get_text_embedding(self, text: str) -> list[float]:
         """LlamaIndex document embedding (``document_instruction``), ``hidden`` floats."""
-        return self._embed([text], self._document_prompt)[0]
+        return self._embed([text], self._document_prompt, "document")[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         """LlamaIndex batch document embeddings, ``[n][hidden]``."""
-        return self._embed(texts, self._document_prompt)
+        return self._embed(texts, self._document_prompt, "document")
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
         """Async :meth:`_get_query_embedding` (runs on a worker thread)."""
-        return (await self._aembed([query], self._query_prompt))[0]
+        return (await self._aembed([query], self._query_prompt, "query"))[0]
 
     async def _aget_text_embedding(self, text: str) -> list[float]:
         """Async :meth:`_get_text_embedding` (runs on a worker thread)."""
-        return (await self._aembed([text], self._document_prompt))[0]
+        return (await self._aembed([text], self._document_prompt, "document"))[0]
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`_get_text_embeddings` (runs on a worker thread)."""
-        return await self._aembed(texts, self._document_prompt)
+        return await self._aembed(texts, self._document_prompt, "document")
 
 
 _LOAD_KEYS = {"device": "device", "dtype": "dtype", "torch_dtype": "dtype"}

@@ -189,9 +189,10 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
     q_emb = enc.encode([data.queries[q] for q in qids], instruction=qi)
     stat = enc.encode([train.queries[q] for q in train_ids[:n_stat]], instruction=qi)
     out: dict[str, Any] = {"method": method, "n_stat": min(n_stat, len(train_ids)),
-                           "modes": {}, "_per_mode": {}}
+                           "modes": {}, "_per_mode": {}, "scale": {}}
     for mode in BEIR_MODES:
         q, c = centred(q_emb, d_emb, mode, stat=stat)
+        out["scale"][mode] = cosine_scale(q, c, qids, dids, data.qrels)
         per_query = evaluate_per_query(data.qrels, top_k_run(q, c, qids, dids))
         scores = mean_scores(per_query)
         out["modes"][mode] = scores
@@ -199,6 +200,25 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
             dataset=data.name, split="test", config={}, scores=scores, cost={}, counts={},
             versions={}, created=0.0, per_query=per_query)
     return out
+
+
+def cosine_scale(q: np.ndarray, c: np.ndarray, qids: list[str], dids: list[str],
+                 qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """What a cosine score means: over every (query, document) pair, the mean cosine of
+    relevant pairs, of the other pairs, and the other pairs' 50th/95th/99th percentiles;
+    ``rel_above_p99``: share of relevant pairs scoring above that 99th percentile."""
+    sims = _unit(q) @ _unit(c).T
+    col = {d: j for j, d in enumerate(dids)}
+    rel = np.zeros_like(sims, dtype=bool)
+    for i, qid in enumerate(qids):
+        for d, grade in qrels.get(qid, {}).items():
+            if grade > 0 and d in col:
+                rel[i, col[d]] = True
+    other = sims[~rel]
+    p50, p95, p99 = (float(np.percentile(other, p)) for p in (50, 95, 99))
+    return {"relevant_mean": float(sims[rel].mean()), "other_mean": float(other.mean()),
+            "other_p50": p50, "other_p95": p95, "other_p99": p99,
+            "rel_above_p99": float((sims[rel] > p99).mean())}
 
 
 def cmd_center_beir(args: argparse.Namespace) -> int:
@@ -211,9 +231,13 @@ def cmd_center_beir(args: argparse.Namespace) -> int:
                for m in args.methods.split(",")]
     for r in results:
         print(f"\n{r['method']} (query statistic: {r['n_stat']} train queries)\n")
-        print("| mode | NDCG@10 |\n|---|---|")
+        print("| mode | NDCG@10 | cosine: relevant pairs | other pairs (median, p95, p99) "
+              "| relevant above other p99 |\n|---|---|---|---|---|")
         for mode, sc in r["modes"].items():
-            print(f"| {mode} | {sc['NDCG@10']:.2f} |")
+            k = r["scale"][mode]
+            print(f"| {mode} | {sc['NDCG@10']:.2f} | {k['relevant_mean']:.3f} | "
+                  f"{k['other_mean']:.3f} ({k['other_p50']:.3f}, {k['other_p95']:.3f}, "
+                  f"{k['other_p99']:.3f}) | {100 * k['rel_above_p99']:.0f}% |")
         rows = [compare(r["_per_mode"]["plain"], r["_per_mode"][m], label=m)
                 for m in BEIR_MODES[1:]]
         r["paired"] = paired_table(rows, baseline="plain")

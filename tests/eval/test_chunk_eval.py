@@ -181,3 +181,32 @@ def test_needle_spans_mark_the_chunk_holding_the_needle(tiny_llama, tmp_path: Pa
     res = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=64,
                               show_progress_bar=False)
     assert res.counts["n_docs"] == 4 and 0.0 <= res.scores["NDCG@10"] <= 100.0
+
+
+def test_chunk_scores_centred_with_crossfit(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    import numpy as np
+
+    from htp_retrieval.chunking import split_chunks
+    from htp_retrieval.eval.centred import CENTRED, centred_vectors
+    from htp_retrieval.eval.chunk_eval import chunk_id, score_chunks
+
+    model, tok = tiny_llama
+    data = load_spans(_toy(tmp_path), "dev")
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    res = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=16,
+                              query_instruction="Q:", show_progress_bar=False,
+                              center_queries="crossfit", center_label="crossfit", seed=5)
+    assert res.config["centering"] == {"query_sample": "crossfit", "n_sample_queries": None,
+                                       "n_documents": res.counts["n_chunks"]}
+    chunks = {d: split_chunks(v["text"], tok, chunk_tokens=16, chunk_overlap=0)
+              for d, v in data.beir.corpus.items()}
+    dids = sorted(chunks)
+    cids = [chunk_id(d, c.index) for d in dids for c in chunks[d]]
+    c = enc.encode([c.text(data.beir.corpus[d]["text"]) for d in dids for c in chunks[d]])
+    qids = list(data.beir.queries)
+    q = enc.encode([data.beir.queries[i] for i in qids], instruction="Q:")
+    want, _ = score_chunks(*centred_vectors(q, c, "crossfit", seed=5), qids, cids, data,
+                           chunks)
+    for metric in ("NDCG@10", "NDCG@10" + IN_DOC):
+        assert res.scores[metric + CENTRED] == pytest.approx(want[metric], abs=1e-6)
+    assert np.isfinite(list(res.scores.values())).all()

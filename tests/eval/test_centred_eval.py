@@ -1,0 +1,105 @@
+"""Centred scores beside plain ones in the harness (tiny random Llama, toy BEIR folders)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from htp_retrieval import Centering, HTPEncoder
+from htp_retrieval.eval.centred import CENTRED, centred_vectors, read_query_sample
+from htp_retrieval.eval.data import load_beir
+from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
+from htp_retrieval.eval.retrieval import run_retrieval, top_k_run
+
+TOPICS = ["apples", "boats", "clouds", "drums", "eagles", "ferns"]
+
+
+def _beir(root: Path) -> Path:
+    """Six documents; test queries name a document's topic, train queries other words."""
+    (root / "qrels").mkdir(parents=True)
+    with open(root / "corpus.jsonl", "w") as f:
+        for i, t in enumerate(TOPICS):
+            text = " ".join(f"The {t} of line {j} are many." for j in range(6))
+            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
+    queries, test, train = [], ["query-id\tcorpus-id\tscore"], ["query-id\tcorpus-id\tscore"]
+    for i, t in enumerate(TOPICS):
+        queries.append({"_id": f"t{i}", "text": f"Where are the {t}?"})
+        test.append(f"t{i}\td{i}\t1")
+        queries.append({"_id": f"r{i}", "text": f"Tell me about {t} please."})
+        train.append(f"r{i}\td{i}\t1")
+    (root / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    (root / "qrels" / "test.tsv").write_text("\n".join(test) + "\n")
+    (root / "qrels" / "train.tsv").write_text("\n".join(train) + "\n")
+    return root
+
+
+def test_centred_scores_equal_the_centring_applied_by_hand(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+    root = _beir(tmp_path / "toy")
+    data = load_beir(root, "test")
+    sample, label = read_query_sample(f"{root}:train")
+    assert label == "toy-train" and len(sample) == 6 and not set(sample) & set(
+        data.queries.values())
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_length=256)
+    res = run_retrieval(enc, data, query_instruction="Find it.", show_progress_bar=False,
+                        center_queries=sample, center_label=label)
+    assert res.config["centering"] == {"query_sample": "toy-train", "n_sample_queries": 6,
+                                       "n_documents": 6}
+    dids, qids = list(data.corpus), list(data.queries)
+    d = enc.encode([data.doc_text(i) for i in dids])
+    q = enc.encode([data.queries[i] for i in qids], instruction="Find it.")
+    cen = Centering.fit(d, enc.encode(sample, instruction="Find it."))
+    per_query = evaluate_per_query(
+        data.qrels, top_k_run(cen.apply(q, "query"), cen.apply(d, "document"), qids, dids))
+    want = mean_scores(per_query)
+    for metric, value in want.items():
+        assert res.scores[metric + CENTRED] == pytest.approx(value, abs=1e-6)
+        for qid in qids:
+            assert res.per_query[qid][metric + CENTRED] == pytest.approx(
+                per_query[qid][metric], abs=1e-6)
+    plain = run_retrieval(enc, data, query_instruction="Find it.", show_progress_bar=False)
+    assert {k: v for k, v in res.scores.items() if not k.endswith(CENTRED)} == plain.scores
+    with pytest.raises(ValueError, match="holds 6 of the evaluated queries"):
+        run_retrieval(enc, data, show_progress_bar=False,
+                      center_queries=list(data.queries.values()))
+
+
+def test_crossfit_centres_each_half_on_the_other() -> None:
+    rng = np.random.default_rng(1)
+    q, d = rng.normal(size=(9, 5)) + 2, rng.normal(size=(20, 5)) + 3
+    qc, dc = centred_vectors(q, d, "crossfit", seed=3)
+    fold = np.random.default_rng(3).permutation(9) % 2
+    for f in (0, 1):
+        cen = Centering.fit(d, q[fold != f])
+        np.testing.assert_allclose(qc[fold == f], cen.apply(q[fold == f], "query"), atol=1e-6)
+    np.testing.assert_allclose(dc, Centering.fit(d, q).apply(d, "document"), atol=1e-6)
+    with pytest.raises(ValueError, match="at least 2 queries"):
+        centred_vectors(q[:1], d, "crossfit")
+
+
+def test_harness_names_and_tables_show_centred_columns(tiny_llama, tmp_path: Path,  # noqa: ANN001
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from htp_retrieval.eval import harness
+    from htp_retrieval.eval.harness import EvalSettings, format_results, resolve_data, run_eval
+
+    model, tok = tiny_llama
+    monkeypatch.setattr(harness, "_make_encoder", lambda settings, point, item: HTPEncoder(
+        model, point.method.name, tokenizer=tok, dtype="float32", max_length=256))
+    root = _beir(tmp_path / "toy")
+    items = resolve_data(str(root), split="test")
+    settings = EvalSettings(model="tiny", methods=["vanilla-mean"], dtype="float32",
+                            output=tmp_path / "out", show_progress_bar=False,
+                            center_queries=f"{root}:train")
+    (res,) = run_eval(items, settings)
+    files = [p.name for p in (tmp_path / "out").rglob("*.json")]
+    assert files == ["vanilla-mean__len512__float32__cen-toy-train.json"]
+    assert "NDCG@10 centred" in res.scores and res.config["centering"]["n_sample_queries"] == 6
+    table = format_results([res])
+    assert "| NDCG@10 | NDCG@10 centred | Recall@100 | Recall@100 centred |" in table
+    sts = tmp_path / "sts.jsonl"
+    sts.write_text(json.dumps({"sentence1": "a b", "sentence2": "a c", "score": 3.0}) + "\n")
+    with pytest.raises(ValueError, match="no query side"):
+        run_eval(resolve_data(str(sts), split="test"), settings)
