@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from htp_retrieval.centering import Centering, read_query_file
+from htp_retrieval.eval.retrieval import unit_rows
 
 CENTRED = " centred"
 """Suffix of the centred scores' names."""
@@ -128,12 +129,35 @@ def add_centred(scores: dict[str, float], per_query: dict[str, dict[str, float]]
         per_query.setdefault(q, {}).update({k + CENTRED: v for k, v in vals.items()})
 
 
+def cosine_scale(q: np.ndarray, c: np.ndarray, qids: Sequence[str], dids: Sequence[str],
+                 qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """What a cosine score means on a task: over every (query, document) pair of ``q``
+    (``[n_queries, hidden]``) and ``c`` (``[n_docs, hidden]``), the mean cosine of relevant
+    pairs (``qrels`` grade > 0), of the other pairs, and the other pairs' 50th/95th/99th
+    percentiles; ``rel_above_p99``: the share of relevant pairs above that 99th percentile
+    (a fraction)."""
+    sims = unit_rows(q) @ unit_rows(c).T
+    col = {d: j for j, d in enumerate(dids)}
+    rel = np.zeros_like(sims, dtype=bool)
+    for i, qid in enumerate(qids):
+        for d, grade in qrels.get(qid, {}).items():
+            if grade > 0 and d in col:
+                rel[i, col[d]] = True
+    other = sims[~rel]
+    p50, p95, p99 = (float(np.percentile(other, p)) for p in (50, 95, 99))
+    return {"relevant_mean": float(sims[rel].mean()), "other_mean": float(other.mean()),
+            "other_p50": p50, "other_p95": p95, "other_p99": p99,
+            "rel_above_p99": float((sims[rel] > p99).mean())}
+
+
 def score_centred(
     encoder: Any, center_queries: Sequence[str] | str, q_emb: np.ndarray, d_emb: np.ndarray,
     score: Callable[[np.ndarray, np.ndarray], tuple[dict[str, float],
                                                     dict[str, dict[str, float]]]],
     *, instruction: str | None, evaluated: Sequence[str], label: str, seed: int,
     scores: dict[str, float], per_query: dict[str, dict[str, float]],
+    qrels: Mapping[str, Mapping[str, int]] | None = None,
+    ids: tuple[Sequence[str], Sequence[str]] | None = None,
     show_progress_bar: bool = False,
 ) -> dict[str, Any]:
     """Score centred vectors and add the scores beside the plain ones.
@@ -149,22 +173,32 @@ def score_centred(
         label: Name of the sample, recorded.
         seed: Seed of the cross-fitting halves.
         scores, per_query: The plain scores, updated in place (:func:`add_centred`).
+        qrels: With ``ids`` (``(query ids, document ids)``, the rows' order), the record
+            also holds the cosine scale of both vector sets (:func:`cosine_scale`,
+            ``scale: {"plain", "centred"}``).
+        ids: See ``qrels``.
         show_progress_bar: tqdm bar while embedding the sample.
 
     Returns:
         The ``config["centering"]`` record: ``query_sample`` (label), ``n_sample_queries``
-        (``None`` for cross-fitting), ``n_documents``.
+        (``None`` for cross-fitting), ``n_documents``, and ``scale`` with ``qrels``.
 
     Raises:
         ValueError: as :func:`embed_sample` and :func:`centred_vectors`.
     """
     sample = embed_sample(encoder, center_queries, instruction=instruction,
                           evaluated=evaluated, show_progress_bar=show_progress_bar)
-    add_centred(scores, per_query, *score(*centred_vectors(q_emb, d_emb, sample, seed=seed)))
-    return {"query_sample": label,
-            "n_sample_queries": None if isinstance(sample, str) else int(len(sample)),
-            "n_documents": int(len(d_emb))}
+    qc, dc = centred_vectors(q_emb, d_emb, sample, seed=seed)
+    add_centred(scores, per_query, *score(qc, dc))
+    record: dict[str, Any] = {
+        "query_sample": label,
+        "n_sample_queries": None if isinstance(sample, str) else int(len(sample)),
+        "n_documents": int(len(d_emb))}
+    if qrels is not None and ids is not None:
+        record["scale"] = {"plain": cosine_scale(q_emb, d_emb, *ids, qrels),
+                           "centred": cosine_scale(qc, dc, *ids, qrels)}
+    return record
 
 
-__all__ = ["CENTRED", "CROSSFIT", "read_query_sample", "sample_label", "centred_vectors", "embed_sample",
+__all__ = ["CENTRED", "CROSSFIT", "read_query_sample", "sample_label", "cosine_scale", "centred_vectors", "embed_sample",
            "add_centred", "score_centred"]

@@ -472,7 +472,7 @@ def run_chunk_retrieval(
             lambda q, c: score_chunks(q, c, qids, cids, data, chunks, qrels),
             instruction=query_instruction, evaluated=[data.beir.queries[q] for q in qids],
             label=center_label, seed=seed, scores=scores, per_query=per_query,
-            show_progress_bar=show_progress_bar)
+            qrels=qrels, ids=(qids, cids), show_progress_bar=show_progress_bar)
     config = dict(encoder.record())
     config.update(query_instruction=query_instruction, document_instruction=None,
                   chunking=chunking, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,

@@ -378,7 +378,8 @@ def run_retrieval(
         centring = score_centred(
             qenc, center_queries, q_emb, d_emb, score, instruction=query_instruction,
             evaluated=[data.queries[q] for q in qids], label=center_label, seed=seed,
-            scores=scores, per_query=per_query, show_progress_bar=show_progress_bar)
+            scores=scores, per_query=per_query, qrels=data.qrels, ids=(qids, dids),
+            show_progress_bar=show_progress_bar)
     cost = {
         "corpus_seconds": dcost["seconds"],
         "query_seconds": mem_q.seconds,

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from htp_retrieval.eval.centred import cosine_scale
 from htp_retrieval.eval.retrieval import unit_rows as _unit
 
 MODES = ("plain", "corpus + cross-fitted queries", "corpus + own queries", "corpus only")
@@ -200,25 +201,6 @@ def centre_beir(model: str, method: str, *, data_path: str, max_queries: int, ma
             dataset=data.name, split="test", config={}, scores=scores, cost={}, counts={},
             versions={}, created=0.0, per_query=per_query)
     return out
-
-
-def cosine_scale(q: np.ndarray, c: np.ndarray, qids: list[str], dids: list[str],
-                 qrels: dict[str, dict[str, int]]) -> dict[str, float]:
-    """What a cosine score means: over every (query, document) pair, the mean cosine of
-    relevant pairs, of the other pairs, and the other pairs' 50th/95th/99th percentiles;
-    ``rel_above_p99``: share of relevant pairs scoring above that 99th percentile."""
-    sims = _unit(q) @ _unit(c).T
-    col = {d: j for j, d in enumerate(dids)}
-    rel = np.zeros_like(sims, dtype=bool)
-    for i, qid in enumerate(qids):
-        for d, grade in qrels.get(qid, {}).items():
-            if grade > 0 and d in col:
-                rel[i, col[d]] = True
-    other = sims[~rel]
-    p50, p95, p99 = (float(np.percentile(other, p)) for p in (50, 95, 99))
-    return {"relevant_mean": float(sims[rel].mean()), "other_mean": float(other.mean()),
-            "other_p50": p50, "other_p95": p95, "other_p99": p99,
-            "rel_above_p99": float((sims[rel] > p99).mean())}
 
 
 def cmd_center_beir(args: argparse.Namespace) -> int:

@@ -49,14 +49,3 @@ def test_train_query_centring() -> None:
     with pytest.raises(ValueError, match="train queries"):
         centred(q, c, "corpus + train queries")
 
-
-def test_cosine_scale_separates_relevant_pairs() -> None:
-    from research.centering import cosine_scale
-
-    q = np.array([[1.0, 0.0], [0.0, 1.0]])
-    c = np.array([[1.0, 0.1], [0.1, 1.0], [1.0, 1.0]])
-    k = cosine_scale(q, c, ["q0", "q1"], ["d0", "d1", "d2"], {"q0": {"d0": 1}, "q1": {"d1": 1}})
-    assert k["relevant_mean"] == pytest.approx(1 / np.sqrt(1.01))
-    others = [0.1 / np.sqrt(1.01), 1 / np.sqrt(2), 0.1 / np.sqrt(1.01), 1 / np.sqrt(2)]
-    assert k["other_mean"] == pytest.approx(np.mean(others))
-    assert k["rel_above_p99"] == 1.0

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from htp_retrieval import Centering, HTPEncoder
-from htp_retrieval.eval.centred import CENTRED, centred_vectors, read_query_sample
+from htp_retrieval.eval.centred import (
+    CENTRED,
+    centred_vectors,
+    cosine_scale,
+    read_query_sample,
+)
 from htp_retrieval.eval.data import load_beir
 from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
 from htp_retrieval.eval.retrieval import run_retrieval, top_k_run
@@ -46,8 +51,9 @@ def test_centred_scores_equal_the_centring_applied_by_hand(tiny_llama, tmp_path:
     enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_length=256)
     res = run_retrieval(enc, data, query_instruction="Find it.", show_progress_bar=False,
                         center_queries=sample, center_label=label)
-    assert res.config["centering"] == {"query_sample": "toy-train", "n_sample_queries": 6,
-                                       "n_documents": 6}
+    record = dict(res.config["centering"])
+    scale = record.pop("scale")
+    assert record == {"query_sample": "toy-train", "n_sample_queries": 6, "n_documents": 6}
     dids, qids = list(data.corpus), list(data.queries)
     d = enc.encode([data.doc_text(i) for i in dids])
     q = enc.encode([data.queries[i] for i in qids], instruction="Find it.")
@@ -55,6 +61,9 @@ def test_centred_scores_equal_the_centring_applied_by_hand(tiny_llama, tmp_path:
     per_query = evaluate_per_query(
         data.qrels, top_k_run(cen.apply(q, "query"), cen.apply(d, "document"), qids, dids))
     want = mean_scores(per_query)
+    assert scale["plain"] == pytest.approx(cosine_scale(q, d, qids, dids, data.qrels))
+    assert scale["centred"] == pytest.approx(cosine_scale(
+        cen.apply(q, "query"), cen.apply(d, "document"), qids, dids, data.qrels), abs=1e-6)
     for metric, value in want.items():
         assert res.scores[metric + CENTRED] == pytest.approx(value, abs=1e-6)
         for qid in qids:
@@ -103,3 +112,13 @@ def test_harness_names_and_tables_show_centred_columns(tiny_llama, tmp_path: Pat
     sts.write_text(json.dumps({"sentence1": "a b", "sentence2": "a c", "score": 3.0}) + "\n")
     with pytest.raises(ValueError, match="no query side"):
         run_eval(resolve_data(str(sts), split="test"), settings)
+
+
+def test_cosine_scale_separates_relevant_pairs() -> None:
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    c = np.array([[1.0, 0.1], [0.1, 1.0], [1.0, 1.0]])
+    k = cosine_scale(q, c, ["q0", "q1"], ["d0", "d1", "d2"], {"q0": {"d0": 1}, "q1": {"d1": 1}})
+    assert k["relevant_mean"] == pytest.approx(1 / np.sqrt(1.01))
+    others = [0.1 / np.sqrt(1.01), 1 / np.sqrt(2), 0.1 / np.sqrt(1.01), 1 / np.sqrt(2)]
+    assert k["other_mean"] == pytest.approx(np.mean(others))
+    assert k["rel_above_p99"] == 1.0
