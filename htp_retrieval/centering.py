@@ -4,8 +4,9 @@ Mean-pooled decoder embeddings sit in a narrow cone (unrelated texts score cosin
 and the query cloud is offset from the document cloud, because queries carry an
 instruction and documents do not. Subtracting each side's mean (documents: the mean of the
 corpus; queries: the mean of a sample of queries of the same kind) before cosine removes
-both the common direction and the offset ("all-but-the-top" keeps only the first step: Mu
-and Viswanath 2018, arXiv 1702.01417). Both means are statistics a deployment has: its
+both the common direction and the offset. This is the first step of "all-but-the-top" (Mu
+and Viswanath 2018, arXiv 1702.01417), done per side; its second step, removing the top
+principal directions, is not implemented. Both means are statistics a deployment has: its
 corpus, and queries it has seen or a sample it wrote. Measured gains and losses per task:
 docs/RAG.md (section "Centring") and research/ANALYSIS.md.
 

@@ -363,6 +363,22 @@ def _label(path: Path, res: RetrievalResult) -> str:
     return str(res.config.get("variant") or path.stem)
 
 
+def centred_view(result: RetrievalResult, metric: str) -> RetrievalResult:
+    """A copy of ``result`` whose per-query ``metric`` is its ``metric + " centred"``
+    (``htp-retrieval eval --center-queries`` stores both).
+
+    Raises:
+        ValueError: if the result has no centred per-query values for ``metric``.
+    """
+    import dataclasses
+
+    key = metric + " centred"
+    if not result.per_query or any(key not in row for row in result.per_query.values()):
+        raise ValueError(f"no per-query {key!r}: run the eval with --center-queries")
+    rows = {q: {**row, metric: row[key]} for q, row in result.per_query.items()}
+    return dataclasses.replace(result, per_query=rows)
+
+
 def cmd_paired(args: argparse.Namespace) -> int:
     """``python -m research paired``: print the paired table (and the split, plot)."""
     try:
@@ -373,6 +389,12 @@ def cmd_paired(args: argparse.Namespace) -> int:
         if len(labels) != len(loaded) or len(set(labels)) != len(labels):
             raise ValueError(f"--labels: need {len(loaded)} distinct names, got {labels}")
         base, base_label = loaded[0], labels[0]
+        if args.centred:  # each result's centred scores against its own plain ones
+            rows = [compare(r, centred_view(r, args.metric), metric=args.metric,
+                            label=f"{lab} centred", seed=args.seed)
+                    for lab, r in zip(labels, loaded, strict=True)]
+            print(paired_table(rows, baseline="plain (each row's own)"))
+            return 0
         rows = [compare(base, r, metric=args.metric, label=lab, seed=args.seed)
                 for lab, r in zip(labels[1:], loaded[1:], strict=True)]
         print(paired_table(rows, baseline=base_label))
@@ -406,8 +428,11 @@ def add_parser(asub: Any) -> None:
     q.add_argument("--plot", default=None, help="PNG path for the split plot")
     q.add_argument("--title", default=None)
     q.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    q.add_argument("--centred", action="store_true",
+                   help="compare each result's centred scores (eval --center-queries) with "
+                   "its own plain ones instead")
     q.set_defaults(func=cmd_paired)
 
 
-__all__ = ["PairedComparison", "load_per_query", "compare", "bin_edges", "split_by",
+__all__ = ["PairedComparison", "load_per_query", "compare", "centred_view", "bin_edges", "split_by",
            "paired_table", "split_table", "plot_split", "cmd_paired"]

@@ -49,3 +49,19 @@ def test_train_query_centring() -> None:
     with pytest.raises(ValueError, match="train queries"):
         centred(q, c, "corpus + train queries")
 
+
+
+def test_paired_centred_view() -> None:
+    from htp_retrieval.eval.retrieval import RetrievalResult
+    from research.paired import centred_view, compare
+
+    rows = {"a": {"NDCG@10": 10.0, "NDCG@10 centred": 30.0},
+            "b": {"NDCG@10": 20.0, "NDCG@10 centred": 20.0}}
+    res = RetrievalResult(dataset="d", split="test", config={}, scores={}, cost={}, counts={},
+                          versions={}, created=0.0, per_query=rows)
+    view = centred_view(res, "NDCG@10")
+    assert view.per_query["a"]["NDCG@10"] == 30.0 and res.per_query["a"]["NDCG@10"] == 10.0
+    row = compare(res, view, label="centred")
+    assert (row.mean_diff, row.wins, row.ties) == (10.0, 1, 1)
+    with pytest.raises(ValueError, match="--center-queries"):
+        centred_view(res, "Recall@10")
