@@ -176,7 +176,8 @@ def test_centring_refusals(tiny_model_dir: str, tmp_path: Path) -> None:
                embedding_function=_ef(tiny_model_dir, centering=cen))
 
 
-def test_cli_and_server(tiny_model_dir: str, tmp_path: Path, chroma_server: str) -> None:
+def test_cli_and_server(tiny_model_dir: str, tmp_path: Path, chroma_server: str,
+                        capsys: pytest.CaptureFixture[str]) -> None:
     src = _folder(tmp_path / "a", DOCS)
     qfile = tmp_path / "queries.txt"
     qfile.write_text("\n".join(QUERIES) + "\n\n")
@@ -187,9 +188,10 @@ def test_cli_and_server(tiny_model_dir: str, tmp_path: Path, chroma_server: str)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "centred: document mean of" in out.stdout and "query mean of 3 queries" in out.stdout
-    lst = subprocess.run([sys.executable, "-m", "htp_retrieval.cli", "collections", "--db",
-                          chroma_server], capture_output=True, text=True, env=env, timeout=300)
-    assert "centred (" in lst.stdout
+    from htp_retrieval.cli import main
+
+    assert main(["collections", "--db", chroma_server]) == 0
+    assert "centred (" in capsys.readouterr().out
     col = make_client(chroma_server).get_collection("served")
     cen = collection_embedding_function(col).centering
     assert cen.query_source == "queries.txt" and cen.n_queries == 3
@@ -200,9 +202,8 @@ def test_cli_and_server(tiny_model_dir: str, tmp_path: Path, chroma_server: str)
                                           abs=1e-4)
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"_id": "1"}\n')
-    out = subprocess.run([*cmd[:-3], "--center-queries", str(bad)], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert out.returncode == 2 and "line 1: not a JSON object with a 'text'" in out.stderr
+    assert main([*cmd[3:-3], "--center-queries", str(bad)]) == 2
+    assert "line 1: not a JSON object with a 'text'" in capsys.readouterr().err
 
 
 def test_htp_embeddings_centring(tiny_model_dir: str, tmp_path: Path) -> None:
