@@ -1601,7 +1601,8 @@ def query(
     where: dict[str, Any] | None = None,
     group_by_document: bool = False,
 ) -> list[Hit]:
-    """Search a collection made by :func:`ingest` (the query gets the query instruction).
+    """Search a collection made by :func:`ingest` (the query gets the query instruction,
+    and is centred on the query mean of a centred collection).
 
     Args:
         text: The query.
