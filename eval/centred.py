@@ -46,13 +46,13 @@ def read_query_sample(spec: str) -> tuple[list[str] | str, str]:
     """
     if spec == CROSSFIT:
         return CROSSFIT, CROSSFIT
-    path, _, split = spec.rpartition(":")
-    if path and split and Path(path).is_dir():
+    beir = _beir_split(spec)
+    if beir is not None:
         from htp_retrieval.eval.data import load_beir
 
-        data = load_beir(path, split)
+        data = load_beir(*beir)
         if not data.queries:
-            raise ValueError(f"--center-queries {spec}: the {split} split has no query")
+            raise ValueError(f"--center-queries {spec}: the {beir[1]} split has no query")
         return list(data.queries.values()), sample_label(spec)
     return read_query_file(spec), sample_label(spec)
 
@@ -61,10 +61,14 @@ def sample_label(spec: str) -> str:
     """The label :func:`read_query_sample` gives ``spec``, without reading it."""
     if spec == CROSSFIT:
         return CROSSFIT
+    beir = _beir_split(spec)
+    return f"{Path(beir[0]).resolve().name}-{beir[1]}" if beir else Path(spec).stem
+
+
+def _beir_split(spec: str) -> tuple[str, str] | None:
+    """``(folder, split)`` of a ``DIR:SPLIT`` spec whose folder exists, else ``None``."""
     path, _, split = spec.rpartition(":")
-    if path and split and Path(path).is_dir():
-        return f"{Path(path).resolve().name}-{split}"
-    return Path(spec).stem
+    return (path, split) if path and split and Path(path).is_dir() else None
 
 
 def centred_vectors(q_emb: np.ndarray, d_emb: np.ndarray, sample: np.ndarray | str, *,

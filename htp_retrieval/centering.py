@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 if TYPE_CHECKING:
+    from htp_retrieval.config import HTPConfig
     from htp_retrieval.encoder import HTPEncoder
 
 Side = Literal["query", "document"]
@@ -46,16 +47,6 @@ def _unit_rows(x: np.ndarray, what: str) -> np.ndarray:
         raise ValueError(f"{what} row {int(bad[0])} has norm {float(norms[bad[0], 0])}: "
                          "a zero or non-finite vector cannot be centred")
     return x / norms
-
-
-def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, Mapping):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _matrix(vectors: Any, what: str, hidden: int | None = None) -> np.ndarray:
@@ -232,24 +223,31 @@ class Centering:
         x = _matrix(x, f"{side} vectors", self.hidden)
         return _unit_rows(_unit_rows(x, f"{side} vectors") - mean, f"centred {side} vectors")
 
-    def check_config(self, config: Mapping[str, Any], *, model: str | None = None) -> None:
+    def check_config(self, config: HTPConfig, *, model: str | None = None) -> None:
         """Refuse an encoder config (and model) other than the recorded ones.
 
         Raises:
-            ValueError: naming the first differing setting (or the model).
+            ValueError: naming the model, or the first differing setting by its flat name
+                (:meth:`~htp_retrieval.config.HTPConfig.flat`).
         """
         if self.model is not None and model is not None and model != self.model:
             raise ValueError(f"this centring was fitted on model {self.model!r}, not "
                              f"{model!r}: fit one for this model (fit_centering)")
         if self.config is None:
             return
-        mine, theirs = _flat(self.config), _flat(json.loads(json.dumps(dict(config))))
-        for key in [*mine, *(k for k in theirs if k not in mine)]:
-            if mine.get(key) != theirs.get(key):
-                raise ValueError(
-                    f"this centring was fitted with config {key}={mine.get(key)!r}, the "
-                    f"encoder has {key}={theirs.get(key)!r}: fit one for this config "
-                    "(fit_centering)")
+        mine = self.__dict__.get("_htp_config")
+        if mine is None:  # parsed once: this runs on every centred call
+            from htp_retrieval.config import HTPConfig
+
+            mine = HTPConfig.from_dict(self.config)
+            object.__setattr__(self, "_htp_config", mine)
+        if mine == config:
+            return
+        a, b = mine.flat(), config.flat()
+        key = next(k for k in a if a[k] != b[k])
+        raise ValueError(f"this centring was fitted with config {key}={a[key]!r}, the "
+                         f"encoder has {key}={b[key]!r}: fit one for this config "
+                         "(fit_centering)")
 
     # ------------------------------------------------------------------ saving
     def to_dict(self) -> dict[str, Any]:

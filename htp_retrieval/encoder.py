@@ -1221,7 +1221,7 @@ class HTPEncoder:
                 raise ValueError(f"centering= needs side='query' or side='document' and side= "
                                  f"needs centering=, got centering={centering!r}, "
                                  f"side={side!r}")
-            centering.check_config(self.config.to_dict(), model=self.model_name)
+            centering.check_config(self.config, model=self.model_name)
             vecs = self.encode(texts, instruction=instruction, batch_size=batch_size,
                                max_tokens_per_batch=max_tokens_per_batch,
                                show_progress_bar=show_progress_bar, normalize=False,
@@ -1521,7 +1521,7 @@ class HTPEncoder:
         from tqdm.auto import tqdm
 
         if centering is not None:
-            centering.check_config(self.config.to_dict(), model=self.model_name)
+            centering.check_config(self.config, model=self.model_name)
 
         if self.spec.pooling != "mean":
             raise ValueError(f"late chunking needs a mean-pooled method; {self.spec.name!r} "

@@ -329,7 +329,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         if self.centering is None or not centred:
             return vecs
         enc = self._shared().encoder
-        self.centering.check_config(enc.config.to_dict(), model=enc.model_name)
+        self.centering.check_config(enc.config, model=enc.model_name)
         return self.centering.apply(vecs, side)
 
     def _encode(self, texts: Sequence[str], instruction: str | None, side: Side,

@@ -362,7 +362,7 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
         cen = self.centering
         if cen is None:
             return vecs
-        cen.check_config(shared.encoder.config.to_dict(), model=shared.encoder.model_name)
+        cen.check_config(shared.encoder.config, model=shared.encoder.model_name)
         return cen.apply(vecs, side)
 
     def _embed(self, texts: list[str], instruction: str | None, side: Side,
