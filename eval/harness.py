@@ -2,8 +2,9 @@
 
 A run is a set of :class:`DataItem` (a BEIR/LongEmbed split, a synthetic task at one context
 length, or an STS split) times a set of :class:`RunPoint` (method x max length x K x N). Each
-pair gives one results JSON, ``<output>/<model>/<dataset>-<split>/<name>.json``, whose name
-encodes the point (:func:`result_name`); an existing file is reused unless ``overwrite``.
+pair gives one results JSON, ``<output>/<model>/<dataset>-<split>/<method>__<digest>.json``,
+the digest a hash of the run (:func:`point_run`: the resolved config, dtype and data
+settings; :mod:`htp_retrieval.eval.naming`); an existing file is reused unless ``overwrite``.
 
 Sweeps follow the paper: max length (Fig. 5: NDCG@10 against context length), K (Table 12:
 1, 2, 4, 8, 12, 20, 32, 64) and sentence vs fixed-token blocks (Fig. 7: ``htp-fixed-tokens``
@@ -34,6 +35,7 @@ from htp_retrieval.eval.chunk_eval import (
 )
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
+from htp_retrieval.eval.naming import data_settings, result_file_name, run_identity, run_label
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
 from htp_retrieval.eval.sts import StsData, load_sts, run_sts, sts_file
 from htp_retrieval.eval.synthetic import (
@@ -44,14 +46,8 @@ from htp_retrieval.eval.synthetic import (
     generate_all,
     synthetic_query_meta,
 )
-from htp_retrieval.layout import as_long_budget, same_block_budgets
 from htp_retrieval.methods import METHODS, MethodSpec, get_method
-from htp_retrieval.models import (
-    DEFAULT_MODEL,
-    default_long_budget,
-    default_short_budget,
-    model_type_of,
-)
+from htp_retrieval.models import DEFAULT_MODEL
 
 DataKind = Literal["retrieval", "sts", "spans"]
 """``retrieval``: corpus/queries/qrels scored by pytrec_eval; ``sts``: sentence pairs."""
@@ -228,108 +224,6 @@ def _spec_uses_k(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "sentence"
 
 
-def effective_min_block_tokens(spec: MethodSpec, settings: EvalSettings) -> int | None:
-    """The density cap T a run of ``spec`` uses, as its result name records it.
-
-    ``--min-block-tokens`` wins (``0``: no cap); else the method's default
-    (:attr:`MethodSpec.min_block_tokens`, 64 for ``htp``). Under a calibration preset
-    without the flag the preset decides and the name carries the preset instead.
-    ``None`` for methods without sentence blocks and for uncapped runs, so results of
-    ``htp`` made before T became its default (no cap) keep their names: they are the
-    ``--min-block-tokens 0`` variant.
-    """
-    if not _spec_uses_k(spec):
-        return None
-    if settings.min_block_tokens is not None:
-        return settings.min_block_tokens or None
-    return None if settings.preset else spec.min_block_tokens
-
-
-def explicit_max_blocks(spec: MethodSpec, settings: EvalSettings) -> int | None:
-    """The block budget B a result name records: ``--max-blocks`` when it is not the default.
-
-    ``None`` (no ``mb`` part) for methods without sentence blocks, without the flag, and
-    when the flag equals the method's default (:attr:`MethodSpec.max_blocks`, 32 for
-    ``htp``; ``0`` is fixed K), so ``--max-blocks 32`` and no flag share one result file.
-    Under a calibration preset the flag always shows, as the preset's budget may differ.
-    """
-    if settings.max_blocks is None or not _spec_uses_k(spec):
-        return None
-    if not settings.preset and settings.max_blocks == (spec.max_blocks or 0):
-        return None
-    return settings.max_blocks
-
-
-def explicit_long_budget(
-    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int, *,
-    model_type: str | None = None,
-) -> str | None:
-    """The long-text budget a result name records: ``lb<L>-<B_L>``, or ``lb0`` for none.
-
-    The budget is the flag's, else the model family's where its preset sets one
-    (:func:`htp_retrieval.models.default_long_budget`, ``model_type``), and it is named
-    relative to the method's own default. ``None`` (no ``lb`` part) for methods without
-    sentence blocks, for the method's own budget, and for any budget that gives every
-    document of up to ``max_text_tokens`` the same block budget as the method's default
-    (:func:`htp_retrieval.layout.same_block_budgets`, with the run's B and T): at 512
-    tokens, or with B = 8, ``(1024, 8)`` never binds, so such runs share their file with
-    the default. Under a calibration preset the flag always shows, and without the flag
-    the preset's name stands for its budget.
-    """
-    if not _spec_uses_k(spec):
-        return None
-    if settings.long_budget is None:
-        if settings.preset:
-            return None
-        run = default_long_budget(spec.long_budget, model_type)
-        if run == spec.long_budget:
-            return None
-    else:
-        run = as_long_budget(settings.long_budget)
-    tag = "lb0" if run is None else f"lb{run[0]}-{run[1]}"
-    if settings.preset:
-        return tag
-    b = spec.max_blocks if settings.max_blocks is None else settings.max_blocks or None
-    t = effective_min_block_tokens(spec, settings)
-    if same_block_budgets((b, t, run), (b, t, spec.long_budget),  # type: ignore[arg-type]
-                          max_text_tokens):
-        return None
-    return tag
-
-
-def explicit_short_budget(
-    spec: MethodSpec, settings: EvalSettings, max_text_tokens: int, *,
-    model_type: str | None = None,
-) -> str | None:
-    """The short-text budget a result name records: ``sb<S>-<B_S>``.
-
-    The budget is the flag's, else the model family's
-    (:func:`htp_retrieval.models.default_short_budget`, ``model_type``). ``None`` (no ``sb``
-    part) for methods without sentence blocks, for no short budget, and for one that gives
-    no document of up to ``max_text_tokens`` fewer blocks than the run's other caps would
-    (``(64, 1)`` with T = 64 never binds), so such runs share their file with runs made
-    without it. Under a calibration preset without the flag, the preset's name stands for
-    its budget.
-    """
-    if not _spec_uses_k(spec):
-        return None
-    if settings.short_budget is None:
-        if settings.preset:
-            return None
-        run = default_short_budget(spec, model_type)
-    else:
-        run = as_long_budget(settings.short_budget, name="short_budget")
-    if run is None:
-        return None
-    b = spec.max_blocks if settings.max_blocks is None else settings.max_blocks or None
-    t = effective_min_block_tokens(spec, settings)
-    lb = (default_long_budget(spec.long_budget, model_type) if settings.long_budget is None
-          else as_long_budget(settings.long_budget))
-    if same_block_budgets((b, t, lb, run), (b, t, lb, None), min(run[0], max_text_tokens)):
-        return None
-    return f"sb{run[0]}-{run[1]}"
-
-
 def _spec_uses_n(spec: MethodSpec) -> bool:
     return spec.placeholders in ("local", "hierarchical") and spec.blocks == "tokens"
 
@@ -370,87 +264,97 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
-def result_name(
-    point: RunPoint,
-    settings: EvalSettings,
-    *,
-    context_length: int | None = None,
-    model_type: str | None = None,
-) -> str:
-    """File name of a result: ``<method>__len<L>[__ctx<C>][__k<K>][__n<N>][...].json``.
+def point_config(settings: EvalSettings, point: RunPoint, item: DataItem, *,
+                 max_length: int | None = None) -> HTPConfig:
+    """The resolved :class:`~htp_retrieval.config.HTPConfig` one sweep point runs with on
+    one data item (no weights loaded: :func:`htp_retrieval.encoder.resolve_config`).
 
-    The parts after the method appear only when set: ``len`` (max length; absent for a
-    synthetic task that covers its context length), ``ctx`` (synthetic context length),
-    ``k``, ``n``, ``mb<B>`` (adaptive-K block budget, for sentence-block methods, when it
-    is not the method's default: :func:`explicit_max_blocks`), ``lb<L>-<B_L>`` (a
-    long-text budget that differs from the method's default, the flag's or the family's
-    of ``model_type``: :func:`explicit_long_budget`), ``sb<S>-<B_S>`` (a short-text
-    budget that binds: :func:`explicit_short_budget`),
-    ``mbt<T>`` (the density cap the run uses, :func:`effective_min_block_tokens`),
-    ``tp<start>-<exit>``, ``out<layer>``, the segmenter (if not the default),
-    ``preset-<stem>`` (a calibration preset),
-    ``q<Q>d<D>s<seed>`` (subsampling), ``seed<S>`` (synthetic seed when not 0), ``tok-<name>``
-    (non-default synthetic tokenizer), ``float32``/``float16`` (the weight dtype the run
-    resolves to, when it is not bfloat16, so a result is never reused across dtypes).
+    ``settings.config`` is used as it is. Otherwise the point's method, K, N and max
+    length and the settings' layers, segmenter, block budgets (sentence-block methods
+    only) and preset resolve on the model. Max length: the point's, else ``max_length``
+    (a synthetic task's covering length, :func:`encode_length`), else for evidence-span
+    data the model's window (``overflow="error"``: the chunk eval cuts documents into
+    windows) and for other data 512 tokens (``overflow="truncate"``).
+
+    Raises:
+        ValueError: for an invalid setting (as :meth:`HTPConfig.for_model`).
     """
-    parts = [_safe(point.method.name)]
     if settings.config is not None:
-        parts.append(f"cfg-{settings.config.digest()}")
-        point = RunPoint(point.method, None)  # the config holds every setting
-    if point.max_length is not None:
-        parts.append(f"len{point.max_length}")
-    if context_length is not None:
-        parts.append(f"ctx{context_length}")
-    if point.k is not None:
-        parts.append(f"k{point.k}")
-    if point.n is not None:
-        parts.append(f"n{point.n}")
+        return settings.config
+    from htp_retrieval.encoder import resolve_config
+
+    spec = point.method
+    blocks = _spec_uses_k(spec)
+    if item.kind == "spans":
+        length: dict[str, Any] = {"max_length": point.max_length or max_length,
+                                  "overflow": "error"}
+    else:
+        length = {"max_length": point.max_length or max_length or item.context_length or 512,
+                  "overflow": "truncate"}
+    return resolve_config(
+        settings.model, spec, preset=settings.preset, k=point.k, tokens_per_block=point.n,
+        segmenter=settings.segmenter,
+        max_blocks=settings.max_blocks if blocks else None,
+        min_block_tokens=settings.min_block_tokens if blocks else None,
+        long_budget=settings.long_budget if blocks else None,
+        short_budget=settings.short_budget if blocks else None,
+        tp_start=settings.tp_start, tp_exit=settings.tp_exit,
+        output_layer=settings.output_layer, **length)
+
+
+def chunking_settings(settings: EvalSettings, chunking: str) -> dict[str, Any]:
+    """The chunking part of an evidence-span run's identity: chunking, chunk size and
+    overlap in tokens, and the late-chunking window when one is set."""
+    out: dict[str, Any] = {"chunking": chunking, "chunk_tokens": settings.chunk_tokens,
+                           "chunk_overlap": settings.chunk_overlap}
+    if chunking.startswith("late") and settings.late_window:
+        out["late_window"] = settings.late_window
+    return out
+
+
+def point_run(settings: EvalSettings, config: HTPConfig, item: DataItem, *,
+              chunking: str | None = None, center_label: str = "") -> dict[str, Any]:
+    """The identity of one result (:func:`htp_retrieval.eval.naming.run_identity`): the
+    model, the resolved dtype, the padding side, ``config`` and the data settings."""
+    data = data_settings(
+        max_queries=settings.max_queries, max_docs=settings.max_docs, seed=settings.seed,
+        context_length=item.context_length,
+        synthetic_tokenizer=settings.synthetic_tokenizer if item.context_length else None,
+        chunking=None if chunking is None else chunking_settings(settings, chunking),
+        center_queries=center_label or None, extra=settings.extra_config)
+    return run_identity(model=settings.model,
+                        dtype=resolve_dtype(settings.dtype, settings.device),
+                        padding_side=settings.padding_side, config=config, data=data)
+
+
+def point_label(point: RunPoint, settings: EvalSettings) -> str:
+    """A readable label of a sweep point (logs, ``"label"`` in its results JSON): the
+    method and the settings given explicitly (``len``, ``k``, ``n``, ``mb``, ``mbt``,
+    ``lb``, ``sb``, ``tp``, ``out``, the segmenter, ``preset-<stem>``, ``cfg-<digest>``).
+    The file a result goes to is decided by :func:`point_run`, never by this label."""
+    tags: list[str] = []
     if settings.config is not None:
-        return "__".join(parts + _data_tags(settings, context_length)) + ".json"
-    mb = explicit_max_blocks(point.method, settings)
-    if mb is not None:
-        parts.append(f"mb{mb}")
-    lb = explicit_long_budget(point.method, settings,
-                              point.max_length or context_length or 512, model_type=model_type)
-    if lb is not None:
-        parts.append(lb)
-    sb = explicit_short_budget(point.method, settings,
-                               point.max_length or context_length or 512, model_type=model_type)
-    if sb is not None:
-        parts.append(sb)
-    mbt = effective_min_block_tokens(point.method, settings)
-    if mbt is not None:
-        parts.append(f"mbt{mbt}")
+        return run_label(point.method.name, [f"cfg-{settings.config.digest()}"])
+    for prefix, value in (("len", point.max_length), ("k", point.k), ("n", point.n)):
+        if value is not None:
+            tags.append(f"{prefix}{value}")
+    if _spec_uses_k(point.method):
+        for prefix, value in (("mb", settings.max_blocks), ("mbt", settings.min_block_tokens)):
+            if value is not None:
+                tags.append(f"{prefix}{value}")
+        for prefix, value in (("lb", settings.long_budget), ("sb", settings.short_budget)):
+            if value is not None:
+                tags.append(f"{prefix}0" if not value else f"{prefix}{value[0]}-{value[1]}")
     if settings.tp_start is not None or settings.tp_exit is not None:
         a, b = ("" if v is None else v for v in (settings.tp_start, settings.tp_exit))
-        parts.append(f"tp{a}-{b}")  # an empty side is the model preset
+        tags.append(f"tp{a}-{b}")
     if settings.output_layer is not None:
-        parts.append(f"out{settings.output_layer}")
+        tags.append(f"out{settings.output_layer}")
     if settings.segmenter != "sentencizer":
-        parts.append(settings.segmenter)
+        tags.append(settings.segmenter)
     if settings.preset:
-        parts.append("preset-" + _safe(Path(settings.preset).stem))
-    return "__".join(parts + _data_tags(settings, context_length)) + ".json"
-
-
-def _data_tags(settings: EvalSettings, context_length: int | None) -> list[str]:
-    """Name parts of the data and the dtype: subsample, synthetic seed and tokenizer,
-    and the weight dtype when it is not bfloat16."""
-    parts = []
-    if settings.max_queries or settings.max_docs:
-        parts.append(f"q{settings.max_queries}d{settings.max_docs}s{settings.seed}")
-    elif context_length is not None and settings.seed:
-        parts.append(f"seed{settings.seed}")
-    if context_length is not None and settings.synthetic_tokenizer:
-        parts.append("tok-" + _safe(settings.synthetic_tokenizer))
-    dtype = resolve_dtype(settings.dtype, settings.device)
-    if dtype != "bfloat16":
-        parts.append(dtype)
-    if settings.center_queries:
-        from htp_retrieval.eval.centred import sample_label
-
-        parts.append("cen-" + _safe(sample_label(settings.center_queries)))
-    return parts
+        tags.append("preset-" + Path(settings.preset).stem)
+    return run_label(point.method.name, tags)
 
 
 def resolve_data(
@@ -603,7 +507,8 @@ def encode_length(encoder: Any, data: BeirData, *, max_length: int | None = None
     """Max text tokens per document that ``eval`` encodes a dataset with.
 
     Args:
-        encoder: An :class:`~htp_retrieval.HTPEncoder` (its tokenizer measures the texts).
+        encoder: An :class:`~htp_retrieval.HTPEncoder` or a tokenizer (it measures the
+            texts).
         data: The dataset.
         max_length: An explicit limit (``--max-length``); wins when given.
         context_length: Needle/passkey: the generated length in tokens. The documents were
@@ -617,39 +522,28 @@ def encode_length(encoder: Any, data: BeirData, *, max_length: int | None = None
         return max_length
     if context_length is None:
         return 512
+    tokenizer = getattr(encoder, "tokenizer", encoder)
     texts = [data.doc_text(d) for d in data.corpus]
-    ids = encoder.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
     return max([context_length, *map(len, ids)])
 
 
-def _make_encoder(settings: EvalSettings, point: RunPoint, item: DataItem) -> Any:
+def _tokenizer(model: str) -> Any:
+    """The model's tokenizer alone (no weights), to measure synthetic documents."""
+    from transformers import AutoTokenizer
+
+    from htp_retrieval.models import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(model)[0])
+
+
+def _make_encoder(settings: EvalSettings, config: HTPConfig) -> Any:
     from htp_retrieval.encoder import HTPEncoder
 
-    if settings.config is not None:  # evaluated exactly as configured
-        return HTPEncoder(
-            settings.model, settings.config, device=settings.device, dtype=settings.dtype,
-            padding_side=settings.padding_side, batch_size=settings.batch_size,
-            max_tokens_per_batch=settings.max_tokens_per_batch)
-    enc = HTPEncoder(
-        settings.model, point.method, k=point.k, tokens_per_block=point.n,
-        segmenter=settings.segmenter,  # type: ignore[arg-type]
-        max_blocks=settings.max_blocks if _spec_uses_k(point.method) else None,
-        min_block_tokens=settings.min_block_tokens if _spec_uses_k(point.method) else None,
-        long_budget=settings.long_budget if _spec_uses_k(point.method) else None,
-        short_budget=settings.short_budget if _spec_uses_k(point.method) else None,
-        **({"max_length": point.max_length, "overflow": "error"} if item.kind == "spans" else
-           {"max_length": point.max_length or item.context_length or 512,
-            "overflow": "truncate"}),
-        tp_start=settings.tp_start, tp_exit=settings.tp_exit,
-        output_layer=settings.output_layer, device=settings.device, dtype=settings.dtype,
-        padding_side=settings.padding_side,  # type: ignore[arg-type]
-        batch_size=settings.batch_size, max_tokens_per_batch=settings.max_tokens_per_batch,
-        preset=settings.preset,
-    )
-    if point.max_length is None and item.context_length is not None:
-        assert isinstance(item.data, BeirData)
-        enc.max_length = encode_length(enc, item.data, context_length=item.context_length)
-    return enc
+    return HTPEncoder(
+        settings.model, config, device=settings.device, dtype=settings.dtype,
+        padding_side=settings.padding_side, batch_size=settings.batch_size,
+        max_tokens_per_batch=settings.max_tokens_per_batch)
 
 
 def check_config_settings(settings: EvalSettings) -> None:
@@ -677,6 +571,51 @@ def check_config_settings(settings: EvalSettings) -> None:
                          f"{cfg.method!r}: one config evaluates one method")
 
 
+def result_paths(
+    settings: EvalSettings, point: RunPoint, item: DataItem, *, tokenizer: Any = None,
+    center_label: str = "",
+) -> tuple[HTPConfig, list[tuple[str | None, dict[str, Any], Path]]]:
+    """Where the results of one sweep point on one data item go, without running it.
+
+    Args:
+        settings: The run's settings.
+        point: The sweep point.
+        item: The data item (its kind, name, split and synthetic context length are read;
+            a synthetic task without ``point.max_length`` needs ``tokenizer`` to measure
+            its documents, :func:`encode_length`).
+        tokenizer: The model's tokenizer, for that case.
+        center_label: The centring sample's label, when scores are also centred.
+
+    Returns:
+        ``(config, [(chunking, run, path)])``: the resolved config and, per chunking
+        (``None`` for data without evidence spans), the run identity
+        (:func:`point_run`) and ``<output>/<model>/<dataset>-<split>/<method>__<digest>.json``.
+
+    Raises:
+        ValueError: for an invalid setting, or a synthetic task to measure without a
+            tokenizer.
+    """
+    model_dir = settings.model.replace("/", "__")
+    if model_dir.endswith(".gguf"):
+        model_dir = Path(model_dir).stem
+    out_dir = Path(settings.output) / _safe(model_dir) / f"{item.name}-{item.split}"
+    covering = None
+    if point.max_length is None and item.context_length is not None and settings.config is None:
+        if tokenizer is None:
+            raise ValueError(f"{item.name}: a synthetic task without --max-length needs the "
+                             "model's tokenizer to measure its documents")
+        data = item.data.beir if isinstance(item.data, SpanData) else item.data
+        assert isinstance(data, BeirData)
+        covering = encode_length(tokenizer, data, context_length=item.context_length)
+    cfg = point_config(settings, point, item, max_length=covering)
+    chunkings = list(settings.chunkings) if item.kind == "spans" else [None]
+    planned = []
+    for c in chunkings:
+        run = point_run(settings, cfg, item, chunking=c, center_label=center_label)
+        planned.append((c, run, out_dir / result_file_name(run)))
+    return cfg, planned
+
+
 def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[RetrievalResult]:
     """Evaluate every item at every sweep point; one results JSON each (reused if present).
 
@@ -692,30 +631,23 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     if settings.config is not None:
         check_config_settings(settings)
     sample: list[str] | str | None = None
-    label = ""
+    center_label = ""
     if settings.center_queries:
         from htp_retrieval.eval.centred import read_query_sample
 
         if any(isinstance(it.data, StsData) for it in items):
             raise ValueError("--center-queries applies to retrieval data; STS-B pairs have "
                              "no query side")
-        sample, label = read_query_sample(settings.center_queries)
-    center = dict(center_queries=sample, center_label=label, seed=settings.seed)
+        sample, center_label = read_query_sample(settings.center_queries)
+    center = dict(center_queries=sample, center_label=center_label, seed=settings.seed)
     results: list[RetrievalResult] = []
     # recorded in each new result; one value per call, so that the cost ratios pair
     # results timed together (:func:`~htp_retrieval.eval.report.same_eval_call`)
     command = settings.command or (
         f"run_eval (Python API) {time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}")
-    model_dir = settings.model.replace("/", "__")
-    if model_dir.endswith(".gguf"):
-        model_dir = Path(model_dir).stem
     shown: set[str] = set()
-    # the family picks the default long budget a result name records (no weights loaded)
-    model_type = model_type_of(settings.model) if any(
-        get_method(m).long_budget is not None or get_method(m).min_block_tokens is not None
-        for m in settings.methods) else None
+    tokenizer: Any = None
     for item in items:
-        out_dir = Path(settings.output) / _safe(model_dir) / f"{item.name}-{item.split}"
         if settings.max_lengths:
             lengths: list[int | None] = list(settings.max_lengths)
         else:
@@ -724,95 +656,85 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                        else [512])
         for point in sweep_points(settings.methods, max_lengths=lengths, ks=settings.ks,
                                   ns=settings.ns):
-            path = out_dir / result_name(point, settings, context_length=item.context_length,
-                                         model_type=model_type)
-            label = path.stem
+            if (point.max_length is None and item.context_length is not None
+                    and settings.config is None):
+                tokenizer = tokenizer or _tokenizer(settings.model)
+            cfg, planned = result_paths(settings, point, item, tokenizer=tokenizer,
+                                        center_label=center_label)
+            label = point_label(point, settings)
             enc = None
             if settings.verbose and point.method.name not in shown:
                 shown.add(point.method.name)
-                enc = _make_encoder(settings, point, item)
+                enc = _make_encoder(settings, cfg)
                 print_layout(enc, item)
-            if path.exists() and not settings.overwrite:
-                _log(f"[{label}] reusing {path} (--overwrite to recompute)")
-                results.append(RetrievalResult.load(path))
-                continue
-            enc = enc or _make_encoder(settings, point, item)
-            _log(f"[{label}] {item.name}-{item.split}: encoding ...")
-            if isinstance(item.data, SpanData):
-                for chunking in settings.chunkings:
-                    results.append(_run_spans(enc, item, settings, chunking, path, command,
-                                              center))
-                continue
-            if isinstance(item.data, StsData):
-                res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
-                ckpt = None
-            else:
-                ckpt = path.with_name(path.stem + ".partial")
-                res = run_retrieval(
-                    enc, item.data, split=item.split,
-                    show_progress_bar=settings.show_progress_bar, checkpoint_dir=ckpt,
-                    chunk_size=settings.chunk_size,
-                    metrics=SYNTHETIC_METRICS if item.context_length is not None else None,
-                    **center)
-                if isinstance(item.data, SyntheticData):
-                    res.query_meta = synthetic_query_meta(item.data)
-            res.dataset = item.name
-            res.config["command"] = command
-            res.config.update(settings.extra_config)
-            if item.context_length is not None:
-                res.config["context_length"] = item.context_length
-                if isinstance(item.data, SyntheticData):
-                    res.config["synthetic"] = {
-                        "task": item.data.task, "seed": item.data.seed,
-                        "tokenizer": item.data.tokenizer, "generator_version": GENERATOR_VERSION}
-            res.save(path)
-            if ckpt is not None:
-                shutil.rmtree(ckpt, ignore_errors=True)
-            main_score = next(iter(res.scores.items()))
-            _log(f"[{label}] {main_score[0]} {main_score[1]:.2f} -> {path}")
-            results.append(res)
+            for chunking, run, path in planned:
+                tag = f"{label} [{chunking} chunks]" if chunking else label
+                if path.exists() and not settings.overwrite:
+                    _log(f"[{tag}] reusing {path} (--overwrite to recompute)")
+                    results.append(RetrievalResult.load(path))
+                    continue
+                enc = enc or _make_encoder(settings, cfg)
+                _log(f"[{tag}] {item.name}-{item.split}: encoding -> {path.name}")
+                if chunking is not None:
+                    res = _run_spans(enc, item, settings, chunking, path, center)
+                elif isinstance(item.data, StsData):
+                    res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
+                else:
+                    res = run_retrieval(
+                        enc, item.data, split=item.split,
+                        show_progress_bar=settings.show_progress_bar,
+                        checkpoint_dir=path.with_name(path.stem + ".partial"),
+                        chunk_size=settings.chunk_size,
+                        metrics=SYNTHETIC_METRICS if item.context_length is not None else None,
+                        **center)
+                    if isinstance(item.data, SyntheticData):
+                        res.query_meta = synthetic_query_meta(item.data)
+                res.dataset = item.name
+                _save(res, path, run=run, label=label, command=command, item=item,
+                      settings=settings)
+                if chunking is not None:
+                    s = res.scores
+                    _log(f"[{tag}] NDCG@10 in-corpus {s['NDCG@10']:.2f}, in-document "
+                         f"{s['NDCG@10' + IN_DOC]:.2f} -> {path}")
+                else:
+                    main_score = next(iter(res.scores.items()))
+                    _log(f"[{tag}] {main_score[0]} {main_score[1]:.2f} -> {path}")
+                results.append(res)
     return results
 
 
-def chunk_result_path(path: Path, settings: EvalSettings, chunking: str) -> Path:
-    """The result file of one chunking: ``<name>__chunk-<chunking><tokens>[-o<overlap>]
-    [-w<window>].json`` beside the point's name."""
-    tag = f"chunk-{chunking}{settings.chunk_tokens}"
-    if settings.chunk_overlap:
-        tag += f"-o{settings.chunk_overlap}"
-    if chunking.startswith("late") and settings.late_window:
-        tag += f"-w{settings.late_window}"
-    return path.with_name(f"{path.stem}__{tag}.json")
-
-
-def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, path: Path,
-               command: str, center: dict[str, Any]) -> RetrievalResult:
-    """One chunk-level result (reused if its file exists and ``overwrite`` is off)."""
-    assert isinstance(item.data, SpanData)
-    out = chunk_result_path(path, settings, chunking)
-    if out.exists() and not settings.overwrite:
-        _log(f"[{out.stem}] reusing {out} (--overwrite to recompute)")
-        return RetrievalResult.load(out)
-    _log(f"[{out.stem}] {item.name}-{item.split}: {chunking} chunks ...")
-    ckpt = out.with_name(out.stem + ".partial")
-    res = run_chunk_retrieval(
-        enc, item.data, split=item.split, chunking=chunking,
-        chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,
-        window_tokens=settings.late_window, checkpoint_dir=ckpt,
-        show_progress_bar=settings.show_progress_bar, **center)
+def _save(res: RetrievalResult, path: Path, *, run: dict[str, Any], label: str, command: str,
+          item: DataItem, settings: EvalSettings) -> None:
+    """Record the run, its label, the command and the data settings in ``res`` and write
+    it; its checkpoint folder goes."""
+    res.run = run
+    res.label = label
     res.config["command"] = command
     res.config.update(settings.extra_config)
     if item.context_length is not None:
         res.config["context_length"] = item.context_length
-        res.config["synthetic"] = {"task": item.name, "seed": settings.seed,
-                                   "tokenizer": settings.synthetic_tokenizer,
-                                   "generator_version": GENERATOR_VERSION}
-    res.save(out)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    s = res.scores
-    _log(f"[{out.stem}] NDCG@10 in-corpus {s['NDCG@10']:.2f}, in-document "
-         f"{s['NDCG@10' + IN_DOC]:.2f} -> {out}")
-    return res
+        if isinstance(item.data, SyntheticData):
+            res.config["synthetic"] = {
+                "task": item.data.task, "seed": item.data.seed,
+                "tokenizer": item.data.tokenizer, "generator_version": GENERATOR_VERSION}
+        elif isinstance(item.data, SpanData):  # the needle variant of the chunk eval
+            res.config["synthetic"] = {"task": item.name, "seed": settings.seed,
+                                       "tokenizer": settings.synthetic_tokenizer,
+                                       "generator_version": GENERATOR_VERSION}
+    res.save(path)
+    shutil.rmtree(path.with_name(path.stem + ".partial"), ignore_errors=True)
+
+
+def _run_spans(enc: Any, item: DataItem, settings: EvalSettings, chunking: str, path: Path,
+               center: dict[str, Any]) -> RetrievalResult:
+    """One chunk-level result (checkpointed in ``<path>.partial/``)."""
+    assert isinstance(item.data, SpanData)
+    return run_chunk_retrieval(
+        enc, item.data, split=item.split, chunking=chunking,
+        chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,
+        window_tokens=settings.late_window,
+        checkpoint_dir=path.with_name(path.stem + ".partial"),
+        show_progress_bar=settings.show_progress_bar, **center)
 
 
 def _score_columns(group: list[RetrievalResult]) -> list[str]:
@@ -886,5 +808,5 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
 
 
 __all__ = ["DataItem", "RunPoint", "EvalSettings", "parse_list", "sweep_points",
-           "result_name", "resolve_data", "run_eval", "format_results", "print_layout",
+           "point_config", "point_run", "point_label", "chunking_settings", "result_paths", "resolve_data", "run_eval", "format_results", "print_layout",
            "K_ABLATION", "SYNTHETIC_METRICS"]

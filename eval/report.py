@@ -14,7 +14,8 @@ one or more folders or files and writes:
 * a plain statement, per set, of where HTP does not beat the baseline, in points.
 
 Nothing is hard-coded per dataset: rows differ by whatever config keys vary inside a set,
-and those keys become columns. Subsampled runs (file names with ``__q<Q>d<D>s<S>``) are kept
+and those keys become columns. Subsampled runs (``--max-queries``/``--max-docs``, recorded in
+each file's ``run``) are kept
 apart from full runs and labelled as subsets. Output is sorted and carries no timestamps,
 so re-running on the same files gives the same Markdown.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
-from htp_retrieval.layout import as_long_budget, same_block_budgets
+from htp_retrieval.eval.naming import subset_of_run
 from htp_retrieval.methods import METHODS, MethodSpec
 from htp_retrieval.models import PACKAGED, default_long_budget, default_short_budget
 
@@ -46,9 +47,6 @@ IGNORED_KEYS: frozenset[str] = frozenset(
 )
 """Config keys never used to tell rows apart (``exit_layer``/``n_layers`` follow from the
 model and ``output_layer``; ``command`` is printed above the table)."""
-_SUBSET_RE = re.compile(r"__q(\d+)d(\d+)s(\d+)(?=__|$)")
-"""The subsample tag in a file name (``__q30d200s0``); a folder ending ``-q30d200s0`` also
-marks its files as a subset."""
 _REQUIRED = ("dataset", "split", "config", "scores")
 
 
@@ -82,6 +80,7 @@ class ResultRecord:
         subset: The subsample, or ``None`` for a full run.
         per_query: Query id -> metric label -> percent (runs since per-query rows were
             recorded); may be empty.
+        label: The run's readable label (the method and the settings given explicitly).
     """
 
     path: Path
@@ -93,6 +92,7 @@ class ResultRecord:
     counts: dict[str, Any] = field(default_factory=dict)
     subset: Subset | None = None
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    label: str = ""
 
     @property
     def model(self) -> str:
@@ -116,12 +116,12 @@ class ResultRecord:
         return int(v) if v is not None else None
 
 
-def _subset_of(path: Path, config: dict[str, Any]) -> Subset | None:
-    found = list(_SUBSET_RE.finditer(path.stem)) or list(
-        re.finditer(r"-q(\d+)d(\d+)s(\d+)$", path.parent.name))
+def _subset_of(raw: dict[str, Any], config: dict[str, Any]) -> Subset | None:
+    """The subsample of a results JSON: its ``run`` (:func:`~htp_retrieval.eval.naming.
+    subset_of_run`), else ``max_queries``/``max_docs``/``seed`` in its config."""
+    found = subset_of_run(raw.get("run") or {})
     if found:
-        m = found[-1]
-        return Subset(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        return Subset(*found)
     q, d = config.get("max_queries") or 0, config.get("max_docs") or 0
     if q or d:
         return Subset(int(q), int(d), int(config.get("seed") or 0))
@@ -136,11 +136,6 @@ def _is_mteb_file(raw: Any) -> bool:
     return isinstance(raw, dict) and (
         ("task_name" in raw and "mteb_version" in raw)
         or ("loader" in raw and "framework" in raw and "experiment_kwargs" in raw))
-
-
-ENCODER_CONFIG_DEFAULTS: dict[str, Any] = {"summary": "last", "keep_sink": True,
-                                           "long_budget": None, "short_budget": None}
-"""Keys :meth:`HTPEncoder.config` writes only when they differ from these values."""
 
 
 def default_long_budget_of(spec: MethodSpec, model: object) -> tuple[int, int] | None:
@@ -165,61 +160,6 @@ def _family_of(model: object) -> str | None:
     return PACKAGED[model].model_type if isinstance(model, str) and model in PACKAGED else None
 
 
-def _show_unbound_budget_as_default(
-    config: dict[str, Any], same_layouts: Sequence[dict[str, Any]] = (),
-) -> None:
-    """Record a block budget that does not bind on the run as the method's default.
-
-    A record's budget is ``(B, T, long_budget, short_budget)``. Where swapping its B, or its
-    long budget, for the method's default gives every document of up to its max length the
-    same number of blocks (:func:`htp_retrieval.layout.same_block_budgets`), the layouts are
-    exactly those the default value gives: B = 8 at 512 tokens with T = 64, or any run made
-    before the long-text budget ``(1024, 8)`` existed at up to 1024 tokens. Where the record
-    carries a ``same_layouts`` check (``python -m research same-layouts --write``,
-    research/layout_check.py) showing that default values of B, the long
-    and/or the short budget (every value a check names must be the default) lay out every
-    one of its documents and queries as the run did, the same holds for that data. Such a
-    record gets the default value (so it is labelled and plotted as the default) and keeps
-    the one it was run with under ``max_blocks_recorded`` / ``long_budget_recorded`` /
-    ``short_budget_recorded``. T is never swapped, and any other record is left as it is.
-    The default budgets are the model family's where its preset sets one
-    (:func:`default_long_budget_of`, :func:`htp_retrieval.models.default_short_budget`).
-    """
-    spec = METHODS.get(str(config.get("method")))
-    length = config.get("max_length")
-    if spec is None or spec.max_blocks is None or not isinstance(length, int) or length < 1:
-        return
-    b, t, lb = config.get("max_blocks"), config.get("min_block_tokens"), config.get("long_budget")
-    run_lb = as_long_budget(lb)
-    default_lb = default_long_budget_of(spec, config.get("model"))
-    default_sb = default_short_budget(spec, _family_of(config.get("model")))
-    defaults = {"long_budget": list(default_lb) if default_lb else None,
-                "short_budget": list(default_sb) if default_sb else None,
-                "max_blocks": spec.max_blocks}
-    swapped = set()
-    for entry in same_layouts:  # checked on the data: every value the default's
-        settings = entry.get("settings") if isinstance(entry, dict) else None
-        if not settings or any(k not in defaults or v != defaults[k]
-                               for k, v in settings.items()):
-            continue
-        for key, value in settings.items():
-            if config.get(key) != value and key not in swapped:
-                config[f"{key}_recorded"] = config.get(key)
-                config[key] = value
-                swapped.add(key)
-    run_lb = as_long_budget(config.get("long_budget"))
-    sb = as_long_budget(config.get("short_budget"), name="short_budget")
-    if "long_budget" not in swapped and run_lb != default_lb and same_block_budgets(
-            (b, t, run_lb, sb), (b, t, default_lb, sb), length):
-        config["long_budget_recorded"] = lb
-        config["long_budget"] = list(default_lb) if default_lb else None
-        run_lb = default_lb
-    if "max_blocks" not in swapped and b != spec.max_blocks and same_block_budgets(
-            (b, t, run_lb, sb), (spec.max_blocks, t, run_lb, sb), length):
-        config["max_blocks_recorded"] = b
-        config["max_blocks"] = spec.max_blocks
-
-
 def read_result(path: str | Path) -> ResultRecord:
     """Read one results JSON.
 
@@ -240,10 +180,6 @@ def read_result(path: str | Path) -> ResultRecord:
         if key not in raw:
             raise ValueError(f"{p}: not a results JSON (no {key!r} key)")
     config = dict(raw["config"])
-    if "method" in config:  # an encoder config: fill the keys it records only when off default
-        for k, v in ENCODER_CONFIG_DEFAULTS.items():
-            config.setdefault(k, v)
-        _show_unbound_budget_as_default(config, raw.get("same_layouts") or ())
     return ResultRecord(
         path=p,
         dataset=str(raw["dataset"]),
@@ -252,8 +188,9 @@ def read_result(path: str | Path) -> ResultRecord:
         scores={k: float(v) for k, v in raw["scores"].items() if _is_number(v)},
         cost=dict(raw.get("cost") or {}),
         counts=dict(raw.get("counts") or {}),
-        subset=_subset_of(p, config),
+        subset=_subset_of(raw, config),
         per_query=dict(raw.get("per_query") or {}),
+        label=str(raw.get("label") or ""),
     )
 
 
@@ -326,7 +263,7 @@ def key_is_relevant(method: str, key: str) -> bool:
 
 
 def _sort_value(v: Any) -> tuple[int, Any]:
-    if v is None:
+    if v is None or v == "":  # "": an empty text setting (no bare prefix) reads as none
         return (2, "")
     if _is_number(v):
         return (0, float(v))
@@ -532,7 +469,7 @@ def _set_sort_key(s: ResultSet) -> tuple:
 
 # --------------------------------------------------------------------------- formatting
 def _fmt_value(v: Any) -> str:
-    if v is None:
+    if v is None or v == "":
         return "none"
     if isinstance(v, dict) and "seed" in v and "task" in v:  # a needle/passkey generator
         return f"seed {v['seed']}"

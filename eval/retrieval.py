@@ -51,6 +51,10 @@ class RetrievalResult:
         same_layouts: Checks that other K-policy values lay out every input of this run
             as it was laid out (``python -m research same-layouts --write``,
             research/layout_check.py); written only when there are some.
+        run: What defines the result (:func:`htp_retrieval.eval.naming.run_identity`:
+            model, dtype, padding side, ``htp_config`` and data settings); its digest
+            names the file (:func:`~htp_retrieval.eval.naming.result_file_name`).
+        label: A readable label (the method and the settings given explicitly).
     """
 
     dataset: str
@@ -66,6 +70,8 @@ class RetrievalResult:
     same_layouts: list[dict[str, Any]] = field(default_factory=list)
     htp_config: dict[str, Any] = field(default_factory=dict)
     query_htp_config: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
@@ -73,7 +79,7 @@ class RetrievalResult:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
         raw = asdict(self)
-        for key in ("same_layouts", "htp_config", "query_htp_config"):
+        for key in ("same_layouts", "htp_config", "query_htp_config", "run", "label"):
             if not raw[key]:
                 del raw[key]
         tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import gc
 import itertools
 import logging
@@ -20,7 +19,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +29,7 @@ import torch
 
 from htp_retrieval.centering import SIDES, Centering, Side
 from htp_retrieval.chunking import Chunk, chunk_token_ranges
-from htp_retrieval.config import SETTING_KEYS, BlockPolicy, HTPConfig
+from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.layout import (
     Layout,
     TemplateIds,
@@ -64,24 +63,43 @@ PlaceholderInit = str
 """``mean`` (mean of the embedding matrix, as ``resize_token_embeddings`` does),
 ``zeros``, ``bos``, or ``token:<text>`` (a copy of that token's embedding, e.g. ``token:.``)."""
 
-_RECORDED_KEYS = frozenset((
-    "method", "max_length", "overflow", "summary", "segmenter", "placeholder_init", "keep_sink",
-    "bare_prefix", "preset", "tp_start", "tp_exit", "output_layer", "k", "tokens_per_block",
-    "max_blocks", "min_block_tokens", "long_budget", "short_budget"))
-"""Settings :meth:`HTPEncoder.record` writes by their historical rules; a setting added to
-:class:`HTPConfig` later is recorded whenever it differs from its field default, so caches
-and result names keyed on the record always tell two such configs apart."""
-_SETTING_DEFAULTS: dict[str, Any] = {
-    f.name: f.default for cls in (HTPConfig, BlockPolicy) for f in dataclasses.fields(cls)
-    if f.default is not dataclasses.MISSING}
+def resolve_config(
+    model: str | Any,
+    method: str | MethodSpec = "htp",
+    *,
+    preset: str | Path | Mapping[str, Any] | None = None,
+    n_layers: int | None = None,
+    st: STSettings | None = None,
+    **settings: Any,
+) -> HTPConfig:
+    """The :class:`~htp_retrieval.config.HTPConfig` that ``HTPEncoder(model, method,
+    preset=preset, **settings)`` runs with, resolved without loading weights.
 
+    A sentence-transformers folder's own ``max_seq_length`` (less its special tokens) and
+    last-layer readout are the defaults of ``max_length`` and ``output_layer``; any other
+    model resolves by :meth:`HTPConfig.for_model
+    <htp_retrieval.config.HTPConfig.for_model>`.
 
+    Args:
+        model: A model reference (packaged name, ``.gguf``, directory, hub id; only its
+            config is read) or a model config.
+        method: Method name, alias or spec.
+        preset: A calibration preset (path or dict of preset keys).
+        n_layers: Decoder layers (default: the config's ``num_hidden_layers``).
+        st: The folder's settings when the caller has read them already.
+        **settings: Overrides by flat name (``None`` = not given).
 
-def unrecorded_settings(config: HTPConfig, recorded: frozenset[str]) -> dict[str, Any]:
-    """The settings of ``config`` outside ``recorded`` that differ from their field default
-    (flat names, budgets as lists): what :meth:`HTPEncoder.record` adds for them."""
-    return {k: v for k, v in config.flat().items()
-            if k not in recorded and v != _SETTING_DEFAULTS.get(k, dataclasses.MISSING)}
+    Raises:
+        ValueError: as :meth:`HTPConfig.for_model`.
+    """
+    if st is None and isinstance(model, (str, Path)) and is_st_folder(str(model)):
+        st = read_st_folder(str(model))
+    st_len = None
+    if st is not None and st.max_seq_length is not None:
+        st_len = st.max_seq_length - len(st.lead_ids) - len(st.trail_ids)
+    return HTPConfig.for_model(model, method, preset=preset, n_layers=n_layers,
+                               st_max_length=st_len,
+                               st_output_layer=-1 if st is not None else None, **settings)
 
 
 RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
@@ -519,13 +537,8 @@ class HTPEncoder:
             raise ValueError("a fast tokenizer (with offset mapping) is required")
         self.n_layers = len(decoder_layers(self.model))
         if config is None:
-            st_len = None
-            if self.st is not None and self.st.max_seq_length is not None:
-                st_len = self.st.max_seq_length - len(self.st.lead_ids) - len(self.st.trail_ids)
-            config = HTPConfig.for_model(
-                self.model.config, method, preset=preset, n_layers=self.n_layers,
-                st_max_length=st_len, st_output_layer=-1 if self.st is not None else None,
-                **settings)
+            config = resolve_config(self.model.config, method, preset=preset,
+                                    n_layers=self.n_layers, st=self.st, **settings)
         else:
             if preset is not None:
                 raise ValueError("preset= applies when the config is resolved: pass it to "
@@ -1638,43 +1651,25 @@ class HTPEncoder:
         return int(self.model.config.hidden_size)
 
     def record(self) -> dict[str, Any]:
-        """The settings that define the embeddings, flat, with the model, its depth and the
-        resolved dtype (for results files and caches; settings at their historical defaults
-        are left out so that earlier results and caches keep their keys)."""
+        """Every setting that defines the embeddings, flat (:meth:`HTPConfig.flat
+        <htp_retrieval.config.HTPConfig.flat>`, budgets as lists), with the model, its
+        depth, the exit layer, the resolved dtype and the padding side: the ``config``
+        record of a results JSON and the key of embedding caches."""
         s = self.spec
-        newer = unrecorded_settings(self._config, _RECORDED_KEYS)  # settings added since
         return {
-            **newer,
+            **self._config.flat(),
             "model": self.model_name,
             "method": s.name,
             "k": s.sentences_per_block,
             "tokens_per_block": s.tokens_per_block,
-            "segmenter": self._config.segmenter,
-            "max_length": self.max_length,
-            "tp_start": self.tp_start,
-            "tp_exit": self.tp_exit,
-            "output_layer": self.output_layer,
             "exit_layer": self.exit_layer,
             "n_layers": self.n_layers,
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "padding_side": self.padding_side,
-            "placeholder_init": self.placeholder_init,
-            # recorded only when off, so results and checkpoints of default runs keep their keys
-            **({} if self.keep_sink else {"keep_sink": False}),
-            **({} if self.summary == "last" else {"summary": self.summary}),
-            **({} if self.max_blocks is None else {"max_blocks": self.max_blocks}),
-            **({} if self.min_block_tokens is None else
-               {"min_block_tokens": self.min_block_tokens}),
-            **({} if self.long_budget is None else {"long_budget": list(self.long_budget)}),
-            **({} if self.short_budget is None else {"short_budget": list(self.short_budget)}),
-            **({"bare_prefix": self.bare_prefix} if self.bare_prefix else {}),
-            **({"preset": self.preset} if self.preset else {}),
-            # recorded unless "truncate", the behaviour of results written before it existed
-            **({} if self.overflow == "truncate" else {"overflow": self.overflow}),
             # sentence-transformers models: the model's own readout
             **({} if self.st is None else {"st_pooling": self.st.pooling,
                                            "st_normalize": self.st.normalize}),
         }
 
 
-__all__ = ["HTPEncoder", "EncodeStats", "PST", "BPST", "base_model"]
+__all__ = ["HTPEncoder", "resolve_config", "EncodeStats", "PST", "BPST", "base_model"]

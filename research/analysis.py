@@ -310,7 +310,7 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
     Args:
         rows: ``(variant name, RetrievalResult)`` pairs; the first is the baseline.
     """
-    from htp_retrieval.eval.report import ENCODER_CONFIG_DEFAULTS, key_is_relevant
+    from htp_retrieval.eval.report import key_is_relevant
 
     lines: list[str] = []
     base = rows[0][1].scores["NDCG@10"]
@@ -320,12 +320,9 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
     for name, res in rows:
         c = res.config
         placeholders = key_is_relevant(c["method"], "tp_start")  # the method has copies
-        summary = (c.get("summary", ENCODER_CONFIG_DEFAULTS["summary"])
-                   if key_is_relevant(c["method"], "summary") else "–")
-        extra = {k: c[k] for k in ("keep_sink", "max_blocks", "min_block_tokens", "long_budget",
-                                   "short_budget",
-                                   "bare_prefix", "k", "placeholder_init") if k in c and (k != "k" or c[k] != 1)
-                 and (k != "placeholder_init" or c[k] != "mean")}
+        summary = c["summary"] if key_is_relevant(c["method"], "summary") else "–"
+        ran = {k: c.get(f"{k}_recorded", c.get(k)) for k in _EXTRA_OFF}  # as it ran
+        extra = {k: v for k, v in ran.items() if v not in _EXTRA_OFF[k]}
         if c.get("document_instruction"):
             extra["document_instruction"] = "task instruction"
         if "query_config" in c:
@@ -616,6 +613,12 @@ def _seeds_ci(pairs: Sequence[tuple[Any, Any]], metric: str) -> tuple[float, flo
     return lo, hi
 
 
+_EXTRA_OFF: dict[str, tuple[Any, ...]] = {
+    "keep_sink": (None, True), "max_blocks": (None,), "min_block_tokens": (None,),
+    "long_budget": (None,), "short_budget": (None,), "bare_prefix": (None, ""), "k": (None, 1),
+    "placeholder_init": (None, "mean")}
+"""Settings the ablation table's ``extra settings`` column shows, and the values it leaves
+out (off, or the method's default)."""
 _SEED_OR_CTX = re.compile(r"__(?:seed|ctx)\d+")
 
 
@@ -633,11 +636,11 @@ def seed_groups(paths: Sequence[str | Path]) -> SeedGroups:
 
     Returns:
         :data:`SeedGroups`, sorted by model, dataset and length, seeds ascending; a
-        variant is the file stem without ``__ctxN``/``__seedN``, so a setting other than
-        the default stays in the name (e.g. ``htp__mb8__mbt64``), except that a run with
-        its method's shipped settings for its model (:func:`~htp_retrieval.eval.report.is_shipped`)
-        is ``<method> (shipped)`` at every length (its stem records the density cap, and on
-        a family with its own long-text budget that budget past 1024 tokens).
+        variant is the result's label without ``__ctxN``/``__seedN`` (the method and the
+        settings given explicitly, e.g. ``htp__mb8``), except that a run with its method's
+        shipped settings for its model (:func:`~htp_retrieval.eval.report.is_shipped`) is
+        ``<method> (shipped)`` at every length when its label names a setting or its
+        method has a density cap (``htp``).
 
     Raises:
         ValueError: if a path is missing or holds no results JSON, if a result has no
@@ -645,6 +648,7 @@ def seed_groups(paths: Sequence[str | Path]) -> SeedGroups:
             two files give the same variant, seed and length.
     """
     from htp_retrieval.eval.report import is_shipped, read_result
+    from htp_retrieval.methods import METHODS
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -654,16 +658,20 @@ def seed_groups(paths: Sequence[str | Path]) -> SeedGroups:
         if not found:
             raise ValueError(f"no results JSON in {p}")
         files.extend(found)
+    records = {f: read_result(f) for f in files}
+    # in each folder by label, as the variants read (file names are digests)
+    files.sort(key=lambda f: (str(f.parent), (records[f].label or f.stem) + "__"))
     groups: dict[tuple[str, str, int | None], dict[int, list[tuple[str, Any]]]] = {}
     seen: dict[tuple[str, str, int | None, int, str], Path] = {}
     for f in files:
-        rec = read_result(f)
+        rec = records[f]
         synthetic = rec.config.get("synthetic")
         if not isinstance(synthetic, dict) or "seed" not in synthetic:
             raise ValueError(f"{f}: no generator seed in its config (not a needle/passkey "
                              "result)")
-        seed, variant = int(synthetic["seed"]), _SEED_OR_CTX.sub("", f.stem)
-        if variant != rec.method and is_shipped(rec, ()):
+        seed, variant = int(synthetic["seed"]), _SEED_OR_CTX.sub("", rec.label or f.stem)
+        capped = getattr(METHODS.get(rec.method), "min_block_tokens", None) is not None
+        if is_shipped(rec, ()) and (variant != rec.method or capped):
             variant = f"{rec.method} (shipped)"  # one name at every length
         key = (rec.model, rec.dataset, rec.length)
         if (*key, seed, variant) in seen:
@@ -766,8 +774,9 @@ def compare_roots(root_a: str | Path, root_b: str | Path, *, metric: str = "NDCG
                   ) -> str:
     """The same runs in two results trees (another device, dtype or version), side by side.
 
-    Every JSON under ``root_b`` whose relative path also exists under ``root_a`` is one row:
-    the two scores and their difference. Used for CPU against H100 runs of the same
+    Every JSON under ``root_b`` whose relative path also exists under ``root_a`` (the same
+    run: file names are digests of it) is one row, named by its folder, label and context
+    length: the two scores and their difference. Used for CPU against H100 runs of the same
     commands (research/ANALYSIS.md, section 15).
 
     Args:
@@ -790,10 +799,14 @@ def compare_roots(root_a: str | Path, root_b: str | Path, *, metric: str = "NDCG
         fa = a / fb.relative_to(b)
         if not fa.is_file():
             continue
-        sa, sb = read_result(fa).scores.get(metric), read_result(fb).scores.get(metric)
+        ra, rb = read_result(fa), read_result(fb)
+        sa, sb = ra.scores.get(metric), rb.scores.get(metric)
         if sa is None or sb is None:
             continue
-        rows.append((str(fb.relative_to(b)), float(sa), float(sb)))
+        ctx = rb.config.get("context_length")
+        name = f"{fb.relative_to(b).parent}/{rb.label or fb.stem}" + (f" ctx{ctx}" if ctx else "")
+        rows.append((name, float(sa), float(sb)))
+    rows.sort()
     if not rows:
         raise ValueError(f"no results JSON under {b} has a counterpart under {a}")
     lines = [f"| run | {a} | {b} | difference |", "|---|---|---|---|"]

@@ -7,9 +7,10 @@ or more, nor on any needle query (all under 128 tokens, one block under T = 64 e
 This module rebuilds a results record's data and encoder settings, lays out every document
 and query both ways (tokenizer and segmenter only, no model forward) and counts the inputs
 whose layouts differ. With none differing, ``--write`` adds a ``same_layouts`` entry to the
-record, and the report (:func:`htp_retrieval.eval.report.read_result`) then shows the run
-under the default value it was checked against, the value it was run with kept under
-``<key>_recorded``.
+record and makes it the run of the values it was checked against (:func:`write_check`: the
+config takes them, the value it was run with kept under ``<key>_recorded``, and the file
+moves to the name ``eval`` gives those settings), so reports show it under those values
+and ``eval`` with them reuses it.
 """
 
 from __future__ import annotations
@@ -221,13 +222,25 @@ def check_record(
         queries_changed=sum(a != b for a, b in zip(q_run, q_alt, strict=True)))
 
 
-def write_check(check: LayoutCheck, *, command: str) -> None:
-    """Add ``check`` to its record's ``same_layouts`` list (replacing an entry for the same
-    settings).
+def write_check(check: LayoutCheck, *, command: str) -> Path:
+    """Record ``check`` in its results JSON and make the record the checked settings' run.
+
+    The entry goes to ``same_layouts`` (replacing one for the same settings); the config
+    takes the checked values, keeping the ones the run was made with under
+    ``<key>_recorded``; ``htp_config`` and ``run`` follow, and the file moves to the name
+    ``eval`` gives the checked settings (:func:`~htp_retrieval.eval.naming.result_file_name`;
+    a research variant, ``config["variant"]``, keeps its name), so that run reuses it.
+
+    Returns:
+        The record's path after the move.
 
     Raises:
-        ValueError: if some layout differs (only a check with none differing is written).
+        ValueError: if some layout differs (only a check with none differing is written),
+            or if a result already sits at the new name.
     """
+    from htp_retrieval.config import HTPConfig
+    from htp_retrieval.eval.naming import result_file_name
+
     if not check.same:
         raise ValueError(f"{check.path}: {check.documents_changed} documents and "
                          f"{check.queries_changed} queries change; not written")
@@ -236,9 +249,26 @@ def write_check(check: LayoutCheck, *, command: str) -> None:
     entries.append({"settings": check.settings, "documents": check.documents,
                     "queries": check.queries, "command": command, "checked": time.time()})
     raw["same_layouts"] = entries
-    tmp = check.path.with_suffix(".json.tmp")  # the harness's format, replaced atomically
+    config = raw["config"]
+    for key, value in check.settings.items():
+        if config.get(key) != value:
+            config.setdefault(f"{key}_recorded", config.get(key))
+            config[key] = value
+    cfg = HTPConfig.from_record(config)
+    config.update(cfg.flat())
+    raw["htp_config"] = cfg.to_dict()
+    raw["run"] = {**raw["run"], "htp_config": cfg.to_dict()}
+    target = (check.path if "variant" in config
+              else check.path.with_name(result_file_name(raw["run"])))
+    if target != check.path and target.exists():
+        raise ValueError(f"{check.path}: {target} already holds the run with "
+                         f"{check.settings}; remove one of them")
+    tmp = target.with_suffix(".json.tmp")  # the harness's format, replaced atomically
     tmp.write_text(json.dumps(raw, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(check.path)
+    tmp.replace(target)
+    if target != check.path:
+        check.path.unlink()
+    return target
 
 
 def _settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -298,7 +328,8 @@ def cmd_same_layouts(args: argparse.Namespace) -> int:
               f"| {check.queries_changed} of {check.queries} | {'yes' if check.same else 'no'} |")
         ran_with = json.loads(rec.path.read_text(encoding="utf-8"))["config"]
         if check.same and args.write and any(ran_with.get(k) != v for k, v in settings.items()):
-            write_check(check, command=command)
+            moved = write_check(check, command=command)
+            print(f"wrote {moved}", file=sys.stderr)
         elif not check.same:
             rc = max(rc, 1)
     return rc

@@ -12,20 +12,21 @@ import re
 import subprocess
 from pathlib import Path
 
-from htp_retrieval.eval.harness import EvalSettings, RunPoint, result_name
+from htp_retrieval.eval.data import BeirData
+from htp_retrieval.eval.harness import DataItem, EvalSettings, RunPoint, result_paths
 from htp_retrieval.methods import METHODS
 
-RESULTS = Path("results/smollm2-135m-instruct/scifact-test")
 MARK = re.compile(r"(<!-- scifact-full:start -->\n).*?(<!-- scifact-full:end -->)", re.S)
 
 
 def main() -> None:
     """Rewrite the block between the ``scifact-full`` markers of README.md."""
-    # each method's file under the shipped defaults (htp's name carries its density cap);
-    # the published table is bf16, which dtype auto gives only on some CPUs
+    # each method's file under the shipped defaults; the published table is bf16, which
+    # dtype auto gives only on some CPUs
+    settings = EvalSettings(dtype="bfloat16")
+    item = DataItem("retrieval", "scifact", "test", BeirData("scifact", {}, {}, {}))
     done = [m for m, spec in METHODS.items()
-            if (RESULTS / result_name(RunPoint(spec, 512), EvalSettings(dtype="bfloat16"))
-                ).exists()]
+            if result_paths(settings, RunPoint(spec, 512), item)[1][0][2].exists()]
     missing = [m for m in METHODS if m not in done]
     cmd = ["htp-retrieval", "eval", "--data", "../shared/data/beir/scifact",
            "--methods", ",".join(done), "--dtype", "bfloat16"]

@@ -52,3 +52,23 @@ def tiny(request: pytest.FixtureRequest, smol_tokenizer_path: str):  # noqa: ANN
 @pytest.fixture(scope="session")
 def tiny_llama(smol_tokenizer_path: str):  # noqa: ANN201
     return _tiny("llama", smol_tokenizer_path)
+
+
+def _saved(model_and_tok: tuple, tmp_path_factory: pytest.TempPathFactory, name: str) -> str:
+    model, tok = model_and_tok
+    d = tmp_path_factory.mktemp(name)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tiny_llama, tmp_path_factory) -> str:  # noqa: ANN001
+    """:func:`tiny_llama` saved as a model folder (for commands that take ``--model``)."""
+    return _saved(tiny_llama, tmp_path_factory, "tiny_llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(smol_tokenizer_path: str, tmp_path_factory) -> str:  # noqa: ANN001
+    """A 6-layer random Qwen2 decoder saved as a model folder (the ``qwen2`` family)."""
+    return _saved(_tiny("qwen2", smol_tokenizer_path), tmp_path_factory, "tiny_qwen2")

@@ -57,7 +57,7 @@ def test_sink_ablation_puts_bpst_at_zero(tiny_llama) -> None:  # noqa: ANN001
     unsafe = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", keep_sink=False)
     assert safe.build_layouts([TEXT])[0].bpst_positions[0] == 1
     assert unsafe.build_layouts([TEXT])[0].bpst_positions[0] == 0
-    assert unsafe.record()["keep_sink"] is False and "keep_sink" not in safe.record()
+    assert unsafe.record()["keep_sink"] is False and safe.record()["keep_sink"] is True
     assert unsafe.encode([TEXT]).shape == (1, model.config.hidden_size)
 
 
@@ -154,7 +154,7 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
         assert res["config"]["max_length"] == 64  # the context length, not --max-length
         assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
     assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
-    assert "max_blocks" not in json.loads((folder / "htp-k1.json").read_text())["config"]  # fixed K
+    assert json.loads((folder / "htp-k1.json").read_text())["config"]["max_blocks"] is None  # fixed K
     # a stored variant is reused only if made with the same encoder settings: a name whose
     # meaning changed (here: "htp" without the density cap) is refused, and nothing is lost
     before = (folder / "htp.json").read_bytes()
@@ -196,9 +196,9 @@ def test_seed_table_means_and_wins() -> None:
 
 
 def test_seed_groups_name_the_shipped_run_and_plot_its_deltas(tmp_path: Path) -> None:
-    """A shipped htp result is ``htp (shipped)`` whatever its file stem records (here
-    Qwen2.5's family long-text budget, ``lb1024-4``); the plot draws variants run at two
-    or more lengths and refuses when there is none."""
+    """A shipped htp result is ``htp (shipped)`` whatever its label records (here Qwen2.5's
+    family long-text budget, ``lb1024-4``); the plot draws variants run at two or more
+    lengths and refuses when there is none."""
     import json
     import shutil
 
@@ -206,26 +206,34 @@ def test_seed_groups_name_the_shipped_run_and_plot_its_deltas(tmp_path: Path) ->
 
     src = Path(__file__).resolve().parents[2] / "results" / "h100" / \
         "qwen2.5-coder-0.5b-instruct" / "needle-test"
-    files = ["htp__ctx2048__lb1024-4__mbt64.json", "htp__ctx1024__mbt64.json",
-             "vanilla-mean__ctx2048.json", "vanilla-mean__ctx1024.json"]
+
+    def committed(label: str, ctx: int) -> Path:
+        (path,) = [p for p in sorted(src.glob("*.json"))
+                   if (raw := json.loads(p.read_text()))["label"] == label
+                   and raw["config"]["context_length"] == ctx]
+        return path
+
+    files = [committed("htp__lb1024-4__mbt64", 2048), committed("htp__mbt64", 1024),
+             committed("vanilla-mean", 2048), committed("vanilla-mean", 1024)]
     for f in files:
-        shutil.copy(src / f, tmp_path / f)
+        shutil.copy(f, tmp_path / f.name)
     groups = seed_groups([tmp_path])
     names = {name for folders in groups.values() for _, rows in folders for name, _ in rows}
     assert names == {"htp (shipped)", "vanilla-mean"}
     png = plot_seed_deltas([tmp_path], tmp_path / "plots" / "seeds.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # a run off the shipped settings keeps its stem
-    rec = json.loads((src / "htp__ctx1024__mbt64.json").read_text())
+    # a run off the shipped settings keeps its label
+    rec = json.loads(files[1].read_text())
     rec["config"]["max_blocks"] = 8
-    (tmp_path / "htp__ctx1024__mb8__mbt64.json").write_text(json.dumps(rec))
+    rec["label"] = "htp__mb8__mbt64"
+    (tmp_path / "htp__mb8.json").write_text(json.dumps(rec))
     names = {name for _, rows in seed_groups([tmp_path])[
         ("qwen2.5-coder-0.5b-instruct", "needle", 1024)] for name, _ in rows}
     assert "htp__mb8__mbt64" in names
     one = tmp_path / "one"
     one.mkdir()
     for f in files[2:] + files[1:2]:
-        shutil.copy(src / f, one / f)
+        shutil.copy(f, one / f.name)
     with pytest.raises(ValueError, match="two or more context lengths"):
         plot_seed_deltas([one], tmp_path / "none.png")
     from research.__main__ import main
@@ -327,21 +335,22 @@ def test_compare_roots_pairs_the_same_relative_paths(tmp_path: Path) -> None:
 
     from research.analysis import compare_roots
 
-    def write(root: Path, rel: str, v: float) -> None:
-        f = root / rel
+    def write(root: Path, rel: str, v: float, method: str) -> None:
+        f = root / rel  # a file is one run on both roots: the same name
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({"dataset": "needle", "split": "test",
-                                 "scores": {"NDCG@10": v}, "config": {"method": "htp"}}))
+        f.write_text(json.dumps({"dataset": "needle", "split": "test", "label": method,
+                                 "scores": {"NDCG@10": v},
+                                 "config": {"method": method, "context_length": 256}}))
 
     a, b = tmp_path / "cpu", tmp_path / "gpu"
-    write(a, "m/needle-test/htp__ctx256.json", 40.0)
-    write(b, "m/needle-test/htp__ctx256.json", 43.0)
-    write(a, "m/needle-test/vanilla-mean__ctx256.json", 30.0)
-    write(b, "m/needle-test/vanilla-mean__ctx256.json", 29.0)
-    write(b, "m/needle-test/tp-mean__ctx256.json", 1.0)  # only in b: not a row
+    write(a, "m/needle-test/htp__0a1b2c3d.json", 40.0, "htp")
+    write(b, "m/needle-test/htp__0a1b2c3d.json", 43.0, "htp")
+    write(a, "m/needle-test/vanilla-mean__4e5f6a7b.json", 30.0, "vanilla-mean")
+    write(b, "m/needle-test/vanilla-mean__4e5f6a7b.json", 29.0, "vanilla-mean")
+    write(b, "m/needle-test/tp-mean__8c9d0e1f.json", 1.0, "tp-mean")  # only in b: not a row
     out = compare_roots(a, b)
-    assert "| m/needle-test/htp__ctx256.json | 40.00 | 43.00 | +3.00 |" in out
-    assert "| m/needle-test/vanilla-mean__ctx256.json | 30.00 | 29.00 | -1.00 |" in out
+    assert "| m/needle-test/htp ctx256 | 40.00 | 43.00 | +3.00 |" in out
+    assert "| m/needle-test/vanilla-mean ctx256 | 30.00 | 29.00 | -1.00 |" in out
     assert "tp-mean" not in out
     assert "2 runs in both: mean absolute difference 2.00, largest 3.00 (NDCG@10)." in out
     with pytest.raises(ValueError, match="no results JSON under"):

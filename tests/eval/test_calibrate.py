@@ -73,7 +73,7 @@ def test_preset_from_another_depth_is_scaled_per_method(tiny_llama, tmp_path) ->
     assert (tp.tp_start, tp.tp_exit, tp.exit_layer, tp.summary) == (1, 4, 5, "last")
     van = HTPEncoder(model, "vanilla-mean", tokenizer=tok, preset=path)  # exit layer only
     assert van.exit_layer == 5 and van.max_blocks is None
-    assert "summary" not in van.record() and "max_blocks" not in van.record()
+    assert van.record()["summary"] == "last" and van.record()["max_blocks"] is None
 
 
 @pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")
@@ -154,7 +154,7 @@ def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa:
     assert lay.n_text_tokens == n_text
     assert len(lay.pst_positions) <= max(1, n_text // 32) < dense
     assert capped.record()["min_block_tokens"] == 32
-    assert "min_block_tokens" not in base.record()  # 0: no cap, recorded as absent
+    assert base.record()["min_block_tokens"] is None  # 0: no cap, recorded as None
     via_preset = HTPEncoder(model, "htp", tokenizer=tok, max_length=256,
                             preset={"min_block_tokens": 32, "short_budget": 0})
     assert via_preset.build_layouts([text])[0].pst_positions == lay.pst_positions

@@ -89,22 +89,19 @@ def test_crossfit_centres_each_half_on_the_other() -> None:
         centred_vectors(q[:1], d, "crossfit")
 
 
-def test_harness_names_and_tables_show_centred_columns(tiny_llama, tmp_path: Path,  # noqa: ANN001
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from htp_retrieval.eval import harness
+def test_harness_runs_and_tables_show_centred_columns(tiny_dir: str, tmp_path: Path) -> None:
     from htp_retrieval.eval.harness import EvalSettings, format_results, resolve_data, run_eval
 
-    model, tok = tiny_llama
-    monkeypatch.setattr(harness, "_make_encoder", lambda settings, point, item: HTPEncoder(
-        model, point.method.name, tokenizer=tok, dtype="float32", max_length=256))
     root = _beir(tmp_path / "toy")
     items = resolve_data(str(root), split="test")
-    settings = EvalSettings(model="tiny", methods=["vanilla-mean"], dtype="float32",
+    settings = EvalSettings(model=tiny_dir, methods=["vanilla-mean"], dtype="float32",
                             output=tmp_path / "out", show_progress_bar=False,
                             center_queries=f"{root}:train")
     (res,) = run_eval(items, settings)
-    files = [p.name for p in (tmp_path / "out").rglob("*.json")]
-    assert files == ["vanilla-mean__len512__float32__cen-toy-train.json"]
+    (path,) = (tmp_path / "out").rglob("*.json")
+    raw = json.loads(path.read_text())
+    assert raw["run"]["data"] == {"center_queries": "toy-train", "seed": 0}
+    assert raw["label"] == "vanilla-mean__len512"
     assert "NDCG@10 centred" in res.scores and res.config["centering"]["n_sample_queries"] == 6
     table = format_results([res])
     assert "| NDCG@10 | NDCG@10 centred | Recall@100 | Recall@100 centred |" in table

@@ -18,6 +18,7 @@ import torch
 
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
+from htp_retrieval.eval.naming import data_settings, run_identity
 from htp_retrieval.eval.report import build_report, load_results
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval, versions
 
@@ -81,6 +82,11 @@ def _run(model, tok, data: BeirData, out: Path, method: str, length: int,  # noq
     enc = HTPEncoder(model, method, tokenizer=tok, dtype="float32", max_length=length, k=k,
                      tokens_per_block=n, short_budget=0 if method == "htp" else None)
     res = run_retrieval(enc, data, show_progress_bar=False)
+    sub = re.fullmatch(r"q(\d+)d(\d+)s(\d+)", subset or "")
+    res.run = run_identity(  # the report reads the subsample from here, not from file names
+        model=MODEL, dtype="float32", padding_side="right", config=enc.config,
+        data=data_settings(max_queries=int(sub[1]), max_docs=int(sub[2]), seed=int(sub[3]))
+        if sub else None)
     res.config["command"] = command or (f"pytest tests/eval/test_eval_report.py  # run_retrieval "
                                         f"method={method} max_length={length} k={k} n={n}")
     path = out / MODEL / f"{data.name}-test" / _name(method, length, k=k, n=n,
@@ -138,6 +144,8 @@ def _sts_run(model, tok, out: Path) -> None:  # noqa: ANN001
             dataset="stsb", split="test", config=config, scores={"Spearman": 100 * rho},
             cost={"encode_seconds": secs, "tokens_per_second": tokens / secs},
             counts={"n_pairs": len(rows)}, versions=versions(), created=time.time(),
+            run=run_identity(model=MODEL, dtype="float32", padding_side="right",
+                             config=enc.config, data=data_settings(max_docs=30)),
         ).save(out / MODEL / "stsb-test" / f"{method}__len64__q0d30s0.json")
 
 
@@ -293,26 +301,31 @@ def test_report_cli(results_dir: Path, tmp_path: Path) -> None:
         main(["report", str(tmp_path / "missing"), "--output", "-"])
 
 
-def test_subset_from_folder_name(results_dir: Path, tmp_path: Path) -> None:
+def test_subset_from_the_run(results_dir: Path, tmp_path: Path) -> None:
+    """The subsample is read from the file's ``run``; names and folders say nothing."""
     src = results_dir / MODEL / "toy-test" / "htp__len64.json"
-    dst = tmp_path / MODEL / "toy-test-q3d9s1" / "htp.json"
+    raw = json.loads(src.read_text())
+    raw["run"]["data"] = data_settings(max_queries=3, max_docs=9, seed=1)
+    dst = tmp_path / MODEL / "toy-test-q5d5s5" / "htp__q5d5s5.json"
     dst.parent.mkdir(parents=True)
-    dst.write_bytes(src.read_bytes())
+    dst.write_text(json.dumps(raw))
     (rec,), _ = load_results([tmp_path])
     assert rec.subset is not None and rec.subset.tag == "q3d9s1"
     (full,), _ = load_results([src])
     assert full.subset is None
 
 
-def test_summary_default_and_relevance(tmp_path: Path) -> None:
-    """Results omit ``summary`` when it is ``last``: the report reads it back as ``last``,
-    and shows it only for methods with block placeholders."""
+def test_summary_as_recorded_and_relevance(results_dir: Path, tmp_path: Path) -> None:
+    """Results record every setting and the report reads them as they are (no defaults
+    filled in); ``summary`` shows only for methods with block placeholders."""
     from htp_retrieval.eval.report import key_is_relevant, read_result
 
+    rec = read_result(results_dir / MODEL / "toy-test" / "htp__len64.json")
+    assert rec.config["summary"] == "mean" and rec.config["keep_sink"] is True
     f = tmp_path / "htp-last__len64.json"
     f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
                              "config": {"model": MODEL, "method": "htp-last"}}))
-    assert read_result(f).config["summary"] == "last"
+    assert "summary" not in read_result(f).config
     assert key_is_relevant("htp", "summary") and key_is_relevant("tp-sentence", "summary")
     assert not key_is_relevant("vanilla-mean", "summary")
     assert not key_is_relevant("tp-mean", "summary")
@@ -330,7 +343,7 @@ def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
 
     shipped = rec("a", method="htp", summary="mean", max_blocks=32, min_block_tokens=64)
     uncapped = rec("b", method="htp", summary="mean", max_blocks=32)
-    paper = rec("c", method="htp-last")
+    paper = rec("c", method="htp-last", summary="last")
     keys = ["min_block_tokens"]
     assert variant_label(shipped, keys) == "htp (min_block_tokens=64, default)"
     assert variant_label(uncapped, keys) == "htp (min_block_tokens=none)"
@@ -356,43 +369,6 @@ def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
         recs.append(read_result(f))
     assert [variant_label(r, ["synthetic"]) for r in recs] == \
         ["htp (synthetic=seed 2)", "htp (synthetic=seed 3)"]
-
-
-def test_a_budget_that_cannot_bind_reads_as_the_default(tmp_path: Path) -> None:
-    """With T = 64, B = 8 at 512 tokens has the default B = 32's layouts; at 1024 not."""
-    from htp_retrieval.eval.report import read_result, variant_label
-
-    def rec(name: str, **cfg: object) -> object:
-        f = tmp_path / f"{name}.json"
-        f.write_text(json.dumps({"dataset": "toy", "split": "test", "scores": {"NDCG@10": 1.0},
-                                 "config": {"model": MODEL, "method": "htp", "k": 1,
-                                            "summary": "mean", **cfg}}))
-        return read_result(f)
-
-    short = rec("a", max_blocks=8, min_block_tokens=64, max_length=512)
-    assert short.config["max_blocks"] == 32 and short.config["max_blocks_recorded"] == 8
-    assert variant_label(short, ["max_blocks", "min_block_tokens"]) == \
-        "htp (max_blocks=32, min_block_tokens=64, default)"
-    long = rec("b", max_blocks=8, min_block_tokens=64, max_length=1024)  # 8 blocks vs 16
-    assert long.config["max_blocks"] == 8 and "max_blocks_recorded" not in long.config
-    uncapped = rec("c", max_blocks=8, max_length=512)  # no T: B = 8 binds at any length
-    assert uncapped.config["max_blocks"] == 8
-    # runs made before the long-text budget (1024, 8): the default's layouts up to 1024
-    # tokens, not past it; B = 8 with no long budget differs below 1024 tokens
-    old = rec("d", max_blocks=32, min_block_tokens=64, max_length=1024)
-    assert old.config["long_budget"] == [1024, 8] and old.config["long_budget_recorded"] is None
-    old_long = rec("e", max_blocks=32, min_block_tokens=64, max_length=8192)
-    assert old_long.config["long_budget"] is None and "long_budget_recorded" not in old_long.config
-    assert variant_label(old_long, ["long_budget"]) == "htp (long_budget=none)"
-    new = rec("f", max_blocks=32, min_block_tokens=64, long_budget=[1024, 8], max_length=8192)
-    assert variant_label(new, ["long_budget"]) == "htp (long_budget=1024:8, default)"
-    # B = 8 never exceeds B_L = 8: it reads as B = 8 under the default long budget
-    b8 = rec("g", max_blocks=8, min_block_tokens=64, max_length=8192)
-    assert b8.config["max_blocks"] == 8 and b8.config["long_budget"] == [1024, 8]
-    assert variant_label(b8, ["max_blocks"]) == "htp (max_blocks=8)"
-    # without T the long budget still cannot bind at 512 tokens
-    no_t = rec("h", max_blocks=32, max_length=512)
-    assert no_t.config["long_budget"] == [1024, 8] and "min_block_tokens" not in no_t.config
 
 
 def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:

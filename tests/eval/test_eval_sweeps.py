@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
 from htp_retrieval.cli import main
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.harness import (
+    DataItem,
     EvalSettings,
     RunPoint,
     encode_length,
     parse_list,
-    result_name,
+    point_label,
+    result_paths,
     sweep_points,
 )
 from htp_retrieval.layout import auto_tokens_per_block
@@ -27,22 +31,13 @@ needs_scifact = pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="../shared
 
 @pytest.fixture(autouse=True)
 def _bf16_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Result names carry the dtype ``auto`` resolves to when it is not bf16: pin the
-    probe so these name checks read the same on every CPU."""
+    """A run's identity holds the dtype ``auto`` resolves to: pin the probe so these file
+    checks read the same on every CPU."""
     monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: True)
 
 
 COST_KEYS = ("encode_seconds", "cpu_seconds", "tokens_per_second", "peak_memory_bytes",
              "padding_fraction", "prepare_seconds", "forward_seconds")
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tiny_llama, tmp_path_factory) -> str:  # noqa: ANN001
-    model, tok = tiny_llama
-    d = tmp_path_factory.mktemp("tiny_llama")
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
 
 
 def test_parse_and_sweep_points() -> None:
@@ -58,19 +53,48 @@ def test_parse_and_sweep_points() -> None:
                    ("htp-fixed-tokens", 4, "auto")]
 
 
-def test_result_names_keep_the_existing_scheme() -> None:
-    s = EvalSettings(max_queries=30, max_docs=200, seed=0)
-    assert result_name(RunPoint(get_method("vanilla-mean"), 512), s) == \
-        "vanilla-mean__len512__q30d200s0.json"
-    assert result_name(RunPoint(get_method("htp"), 512, 4), EvalSettings(segmenter="spacy")) == \
-        "htp__len512__k4__mbt64__spacy.json"  # htp's density cap T = 64 is in the name
-    assert result_name(RunPoint(get_method("htp"), 512), EvalSettings(min_block_tokens=0)) == \
-        "htp__len512.json"  # no cap: the name of htp results made before T = 64 was default
-    synth = result_name(RunPoint(get_method("htp"), None, None), EvalSettings(seed=2),
-                        context_length=4096)
-    assert synth == "htp__ctx4096__mbt64__seed2.json"
-    assert result_name(RunPoint(get_method("htp-last"), 512), EvalSettings()) == \
-        "htp-last__len512.json"  # the paper's HTP has no cap
+def _labels(out: Path) -> list[str]:
+    """The labels of the results under ``out``, sorted; every file is ``<method>__<digest>``."""
+    paths = list(out.rglob("*.json"))
+    assert all(re.fullmatch(r"[a-z-]+__[0-9a-f]{8}\.json", p.name) for p in paths)
+    return sorted(json.loads(p.read_text())["label"] for p in paths)
+
+
+def _planned(model: str, point: RunPoint, **kw: object) -> tuple[dict, Path]:
+    """``(run, path)`` of one retrieval point, as ``eval`` plans it (nothing runs)."""
+    item = DataItem("retrieval", "toy", "test", None)  # type: ignore[arg-type]
+    (_, run, path), = result_paths(EvalSettings(model=model, **kw), point, item)[1]  # type: ignore[arg-type]
+    return run, path
+
+
+def test_result_files_are_the_method_and_a_digest_of_the_run(tiny_dir) -> None:  # noqa: ANN001
+    """One file per resolved run: the same settings spelled two ways share it, any setting
+    that changes the config (or the data, or the dtype) gets its own."""
+    htp, vanilla = RunPoint(get_method("htp"), 512), RunPoint(get_method("vanilla-mean"), 512)
+    run, path = _planned(tiny_dir, htp)
+    assert re.fullmatch(r"htp__[0-9a-f]{8}\.json", path.name)
+    assert path.parent.name == "toy-test"
+    enc = HTPEncoder(tiny_dir, "htp", max_length=512, overflow="truncate")
+    assert run["htp_config"] == enc.config.to_dict()  # what the encoder resolves
+    assert run["dtype"] == "bfloat16" and run["data"] == {}
+    # the defaults spelled out share the default's file
+    assert _planned(tiny_dir, htp, max_blocks=32)[1] == path
+    assert _planned(tiny_dir, htp, long_budget=(1024, 8), min_block_tokens=64)[1] == path
+    # every other value is its own run, whether or not it changes a layout here
+    others = [_planned(tiny_dir, htp, **kw)[1] for kw in (
+        {"max_blocks": 8}, {"max_blocks": 0}, {"min_block_tokens": 0}, {"long_budget": 0},
+        {"segmenter": "spacy"}, {"tp_start": 2}, {"output_layer": -3}, {"dtype": "float32"},
+        {"max_queries": 30, "max_docs": 200}, {"max_queries": 30, "max_docs": 200, "seed": 1})]
+    others += [_planned(tiny_dir, RunPoint(get_method("htp"), 512, 4))[1],
+                _planned(tiny_dir, RunPoint(get_method("htp"), 1024))[1]]
+    assert len({path, *others}) == len(others) + 1
+    # block settings do not apply to vanilla-mean: one file
+    assert _planned(tiny_dir, vanilla, max_blocks=0, long_budget=0)[1] == \
+        _planned(tiny_dir, vanilla)[1]
+    # the label names the settings given, never the file
+    assert point_label(RunPoint(get_method("htp"), 512, 4), EvalSettings(
+        segmenter="spacy", max_blocks=8, long_budget=0)) == "htp__len512__k4__mb8__lb0__spacy"
+    assert point_label(vanilla, EvalSettings(max_blocks=8)) == "vanilla-mean__len512"
 
 
 def test_auto_tokens_per_block_matches_sentence_count(tiny_llama) -> None:  # noqa: ANN001
@@ -119,16 +143,16 @@ def test_max_length_and_k_sweep_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     assert table.count("### scifact (test)") == 2
     assert "max length 48" in table and "max length 96" in table
     assert "| vanilla-mean | - | - |" in table and "| 1.00 | 1.00 |" in table
-    files = sorted(p.name for p in out.rglob("*.json"))
-    assert files == sorted(
-        [f"vanilla-mean__len{n}__q2d5s0__float32.json" for n in (48, 96)]
-        + [f"htp__len{n}__k{k}__mbt64__q2d5s0__float32.json" for n in (48, 96)
-           for k in (1, 2)])
+    assert _labels(out) == sorted(
+        [f"vanilla-mean__len{n}" for n in (48, 96)]
+        + [f"htp__len{n}__k{k}" for n in (48, 96) for k in (1, 2)])
     for p in out.rglob("*.json"):
         saved = json.loads(p.read_text())
         assert saved["config"]["command"].startswith("htp-retrieval eval --data")
         assert all(k in saved["cost"] for k in COST_KEYS)
         assert saved["config"]["max_length"] in (48, 96)
+        assert saved["run"]["data"] == {"subset": {"max_queries": 2, "max_docs": 5}, "seed": 0}
+        assert saved["run"]["dtype"] == "float32"
     assert not list(out.rglob("*.partial"))  # checkpoints removed after each save
     mtimes = {p: p.stat().st_mtime for p in out.rglob("*.json")}
     assert main(argv) == 0
@@ -159,12 +183,12 @@ def test_needle_context_lengths_one_json_each(tiny_dir, tmp_path, capsys) -> Non
     printed = capsys.readouterr().out
     assert "context length 64 tokens" in printed and "| Acc@1 | NDCG@10 |" in printed
     assert "<B-PST>" in printed  # --verbose layout of htp-fixed-tokens
-    names = sorted(p.name for p in out.rglob("*.json"))
-    assert names == ["htp-fixed-tokens__ctx128__nauto__q2d4s0__float32.json",
-                     "htp-fixed-tokens__ctx64__nauto__q2d4s0__float32.json",
-                     "vanilla-mean__ctx128__q2d4s0__float32.json",
-                     "vanilla-mean__ctx64__q2d4s0__float32.json"]
-    saved = json.loads(next(out.rglob("vanilla-mean__ctx128*.json")).read_text())
+    assert _labels(out) == ["htp-fixed-tokens__nauto"] * 2 + ["vanilla-mean"] * 2
+    runs = {(p.name.split("__")[0], json.loads(p.read_text())["run"]["data"]["context_length"]): p
+            for p in out.rglob("*.json")}
+    assert sorted(runs) == [("htp-fixed-tokens", 64), ("htp-fixed-tokens", 128),
+                            ("vanilla-mean", 64), ("vanilla-mean", 128)]
+    saved = json.loads(runs["vanilla-mean", 128].read_text())
     assert saved["dataset"] == "passkey" and saved["config"]["context_length"] == 128
     assert saved["config"]["max_length"] >= 128  # covers the context length
     assert saved["config"]["synthetic"]["tokenizer"] == "smollm2-135m-instruct"
@@ -188,13 +212,12 @@ def test_eval_with_a_calibration_preset(tiny_dir, tmp_path, capsys) -> None:  # 
             "--max-queries", "2", "--max-docs", "5", "--model", tiny_dir, "--dtype", "float32",
             "--output", str(out), "--quiet", "--preset", str(preset)]
     assert main(argv) == 0
-    names = sorted(p.name for p in out.rglob("*.json"))
-    assert names == ["htp__len48__preset-from-12-layers__q2d5s0__float32.json",
-                     "vanilla-mean__len48__preset-from-12-layers__q2d5s0__float32.json"]
+    assert _labels(out) == ["htp__len48__preset-from-12-layers",
+                            "vanilla-mean__len48__preset-from-12-layers"]
     cfg = {p.name.split("__")[0]: json.loads(p.read_text())["config"] for p in out.rglob("*.json")}
     assert (cfg["htp"]["tp_start"], cfg["htp"]["tp_exit"]) == (1, 4)  # scaled 12 -> 6 layers
     assert cfg["htp"]["exit_layer"] == cfg["vanilla-mean"]["exit_layer"] == 5
-    assert "max_blocks" not in cfg["htp"] and cfg["htp"]["summary"] == "mean"
+    assert cfg["htp"]["max_blocks"] is None and cfg["htp"]["summary"] == "mean"
     assert cfg["htp"]["preset"] == str(preset)
     capsys.readouterr()
     preset.write_text("{}")
@@ -220,43 +243,6 @@ def test_bad_long_budget_is_a_clear_cli_error(capsys) -> None:  # noqa: ANN001
     assert "--long-budget: long budget '1024' is not L:B_L" in capsys.readouterr().err
 
 
-def test_block_budget_in_result_names_only_for_sentence_blocks() -> None:
-    s = EvalSettings(max_blocks=0)
-    assert result_name(RunPoint(get_method("htp"), 8192), s) == "htp__len8192__mb0__mbt64.json"
-    assert result_name(RunPoint(get_method("vanilla-mean"), 8192), s) == \
-        "vanilla-mean__len8192.json"
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings()) == \
-        "htp__len8192__mbt64.json"
-    # the default budget (32) shares the default's file; another one is in the name
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(max_blocks=32)) == \
-        "htp__len8192__mbt64.json"
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(max_blocks=8)) == \
-        "htp__len8192__mb8__mbt64.json"
-    assert result_name(RunPoint(get_method("htp-last"), 8192), EvalSettings(max_blocks=8)) == \
-        "htp-last__len8192__mb8.json"  # htp-last keeps K fixed by default
-    assert result_name(RunPoint(get_method("htp"), 8192), EvalSettings(preset="p.json")) == \
-        "htp__len8192__preset-p.json"  # the preset decides T
-
-
-def test_long_budget_in_result_names_only_where_it_binds() -> None:
-    """``lb<L>-<B_L>`` / ``lb0`` appear only when the flag changes some layout at the length."""
-    htp = RunPoint(get_method("htp"), 8192)
-    assert result_name(htp, EvalSettings(long_budget=0)) == "htp__len8192__lb0__mbt64.json"
-    assert result_name(htp, EvalSettings(long_budget=(1024, 8))) == "htp__len8192__mbt64.json"
-    assert result_name(htp, EvalSettings(long_budget=(2048, 4))) == \
-        "htp__len8192__lb2048-4__mbt64.json"
-    # at 1024 tokens or with B = 8 the default (1024, 8) cannot bind: one file
-    assert result_name(RunPoint(get_method("htp"), 1024), EvalSettings(long_budget=0)) == \
-        "htp__len1024__mbt64.json"
-    assert result_name(htp, EvalSettings(max_blocks=8, long_budget=0)) == \
-        "htp__len8192__mb8__mbt64.json"
-    assert result_name(RunPoint(get_method("vanilla-mean"), 8192),
-                       EvalSettings(long_budget=0)) == "vanilla-mean__len8192.json"
-    # synthetic tasks name the context length, which is the length that counts
-    assert result_name(RunPoint(get_method("htp"), None), EvalSettings(long_budget=0),
-                       context_length=2048) == "htp__ctx2048__lb0__mbt64.json"
-
-
 def test_htp_long_budget_caps_blocks_past_1024_tokens(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     doc = " ".join(f"Cell line {i} divides quickly." for i in range(200))
@@ -266,7 +252,7 @@ def test_htp_long_budget_caps_blocks_past_1024_tokens(tiny_llama) -> None:  # no
     off = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", max_length=4096,
                      long_budget=0)
     assert htp.long_budget == (1024, 8) and off.long_budget is None
-    assert htp.record()["long_budget"] == [1024, 8] and "long_budget" not in off.record()
+    assert htp.record()["long_budget"] == [1024, 8] and off.record()["long_budget"] is None
     assert len(htp.build_layouts([doc])[0].pst_positions) == 8
     k = -(-200 // min(32, n_tokens // 64))  # K under B = 32 and T = 64 alone
     assert len(off.build_layouts([doc])[0].pst_positions) == -(-200 // k) > 8
@@ -286,7 +272,7 @@ def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # no
                        min_block_tokens=0)
     paper = HTPEncoder(model, "htp-last", tokenizer=tok, dtype="float32")
     assert htp.max_blocks == 32 and fixed.max_blocks is None and paper.max_blocks is None
-    assert htp.record()["max_blocks"] == 32 and "max_blocks" not in fixed.record()
+    assert htp.record()["max_blocks"] == 32 and fixed.record()["max_blocks"] is None
     # 40 sentences: K grows to ceil(40 / 32) = 2, so 20 blocks; fixed K = 1 keeps 40
     assert len(htp.build_layouts([long_doc])[0].pst_positions) == 20
     assert len(fixed.build_layouts([long_doc])[0].pst_positions) == 40
@@ -295,13 +281,14 @@ def test_htp_default_block_budget_caps_long_documents(tiny_llama) -> None:  # no
     assert htp.build_layouts([short_doc]) == fixed.build_layouts([short_doc])
 
 
-def test_result_name_carries_a_dtype_other_than_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_result_file_follows_the_resolved_dtype(tiny_dir,  # noqa: ANN001
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     point = RunPoint(get_method("vanilla-mean"), 512)
-    assert result_name(point, EvalSettings(dtype="float32")) == "vanilla-mean__len512__float32.json"
+    fp32 = _planned(tiny_dir, point, dtype="float32")
     monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: False)
-    assert result_name(point, EvalSettings(device="cpu")) == "vanilla-mean__len512__float32.json"
-    assert result_name(point, EvalSettings(device="cpu", dtype="bfloat16")) == \
-        "vanilla-mean__len512.json"
+    assert _planned(tiny_dir, point, device="cpu") == fp32  # auto on an AVX2-only CPU
+    bf16 = _planned(tiny_dir, point, device="cpu", dtype="bfloat16")
+    assert bf16[1] != fp32[1] and bf16[0]["dtype"] == "bfloat16"
 
 
 @needs_scifact
@@ -318,7 +305,7 @@ def test_eval_of_one_saved_config(tiny_dir, tmp_path, capsys) -> None:  # noqa: 
             "--config", str(cfg_path)]
     assert main(argv) == 0
     (path,) = out.rglob("*.json")
-    assert path.name == f"htp__cfg-{cfg.digest()}__q2d5s0__float32.json"
+    assert _labels(out) == [f"htp__cfg-{cfg.digest()}"]
     raw = json.loads(path.read_text())
     assert HTPConfig.from_dict(raw["htp_config"]) == cfg  # evaluated exactly as saved
     assert raw["config"]["k"] == 2 and raw["config"]["max_length"] == 48

@@ -1,5 +1,6 @@
 """A model family's own adaptive-K long-text budget (``LayerPreset.long_budget``): the
-encoder runs it by default, result names record it, and the report counts it as shipped."""
+encoder runs it by default, results record it in their run, and the report counts it as
+shipped."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from htp_retrieval import models
 from htp_retrieval.encoder import HTPEncoder
-from htp_retrieval.eval.harness import EvalSettings, RunPoint, result_name
+from htp_retrieval.eval.harness import DataItem, EvalSettings, RunPoint, result_paths
 from htp_retrieval.eval.report import is_shipped, read_result, variant_label
 from htp_retrieval.methods import get_method
 from htp_retrieval.models import default_long_budget, model_type_of
@@ -65,22 +66,28 @@ def test_encoder_takes_the_family_budget(tiny, qwen2_budget: tuple[int, int]) ->
         HTPEncoder(model, "htp", tokenizer=tok, long_budget=(1024,))
 
 
-def test_result_names_record_the_family_budget(qwen2_budget: tuple[int, int]) -> None:
-    htp = RunPoint(get_method("htp"), None)
-    qwen = result_name(htp, EvalSettings(), context_length=2048, model_type="qwen2")
-    assert qwen == f"htp__ctx2048__lb{qwen2_budget[0]}-{qwen2_budget[1]}__mbt64.json"
+def _blocks(model: str, point: RunPoint, **kw: object) -> tuple[dict, Path]:
+    """The resolved block policy of one point's run, and its file (nothing runs)."""
+    item = DataItem("retrieval", "needle", "test", None)  # type: ignore[arg-type]
+    (_, run, path), = result_paths(EvalSettings(model=model, **kw), point, item)[1]  # type: ignore[arg-type]
+    return run["htp_config"]["blocks"], path
+
+
+def test_runs_record_the_family_budget(qwen2_budget: tuple[int, int], tiny_qwen_dir: str,
+                                       tiny_dir: str) -> None:
+    htp = RunPoint(get_method("htp"), 2048)
+    qwen, path = _blocks(tiny_qwen_dir, htp)
+    assert qwen["long_budget"] == list(qwen2_budget)
     # the same file as the flag naming that budget, so an explicit run is reused
-    assert result_name(htp, EvalSettings(long_budget=qwen2_budget), context_length=2048,
-                       model_type="qwen2") == qwen
-    # the method's own budget on this family is no longer the default: it is named
-    assert result_name(htp, EvalSettings(long_budget=HTP_OWN), context_length=2048,
-                       model_type="qwen2") == "htp__ctx2048__mbt64.json"
+    assert _blocks(tiny_qwen_dir, htp, long_budget=qwen2_budget)[1] == path
+    # the method's own budget on this family is another run
+    own, own_path = _blocks(tiny_qwen_dir, htp, long_budget=HTP_OWN)
+    assert own["long_budget"] == list(HTP_OWN) and own_path != path
     # Llama keeps the method's long budget and adds its short-text budget (section 16)
-    assert result_name(htp, EvalSettings(), context_length=2048,
-                       model_type="llama") == "htp__ctx2048__sb256-1__mbt64.json"
-    vanilla = RunPoint(get_method("vanilla-mean"), None)
-    assert result_name(vanilla, EvalSettings(), context_length=2048,
-                       model_type="qwen2") == "vanilla-mean__ctx2048.json"
+    llama = _blocks(tiny_dir, htp)[0]
+    assert llama["long_budget"] == list(HTP_OWN) and llama["short_budget"] == [256, 1]
+    vanilla = _blocks(tiny_qwen_dir, RunPoint(get_method("vanilla-mean"), 2048))[0]
+    assert vanilla["long_budget"] is None and vanilla["max_blocks"] is None
 
 
 def test_report_counts_the_family_budget_as_shipped(
@@ -109,17 +116,15 @@ def test_report_counts_the_family_budget_as_shipped(
     assert variant_label(own, keys) == "htp (long_budget=1024:8)"
 
 
-def test_shipped_qwen2_budget_names_its_runs() -> None:
+def test_shipped_qwen2_budget_is_its_default_run(tiny_qwen_dir: str) -> None:
     """Qwen2 ships 4 blocks past 1024 text tokens (research/ANALYSIS.md section 14): a default
-    run at 2048 tokens shares its file with ``--long-budget 1024:4``, and the method's own
-    (1024, 8) is named as the variant it now is."""
-    family = model_type_of("qwen2.5-coder-0.5b-instruct")
-    htp = RunPoint(get_method("htp"), None)
-    assert result_name(htp, EvalSettings(), context_length=2048, model_type=family) == \
-        result_name(htp, EvalSettings(long_budget=(1024, 4)), context_length=2048,
-                    model_type=family) == "htp__ctx2048__lb1024-4__mbt64.json"
-    assert result_name(htp, EvalSettings(), context_length=1024, model_type=family) == \
-        "htp__ctx1024__mbt64.json"  # up to 1024 tokens the budget cannot bind
+    run shares its file with ``--long-budget 1024:4``, and the method's own (1024, 8) is
+    the variant it now is."""
+    htp = RunPoint(get_method("htp"), 2048)
+    default, path = _blocks(tiny_qwen_dir, htp)
+    assert default["long_budget"] == [1024, 4]
+    assert _blocks(tiny_qwen_dir, htp, long_budget=(1024, 4))[1] == path
+    assert _blocks(tiny_qwen_dir, htp, long_budget=HTP_OWN)[1] != path
     assert default_long_budget(HTP_OWN, model_type_of("smollm2-135m-instruct")) == HTP_OWN
 
 

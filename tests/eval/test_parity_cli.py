@@ -17,15 +17,6 @@ needs_data = pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "beir", "
                                 reason="../shared/data missing")
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tiny_llama, tmp_path_factory) -> str:  # noqa: ANN001
-    model, tok = tiny_llama
-    d = tmp_path_factory.mktemp("tiny_llama")
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
-
-
 # Every command line of the official README (../shared/seeds/000_*.txt), "python X.py" -> "X.py",
 # with the method it must resolve to.
 README_COMMANDS = [
@@ -101,8 +92,9 @@ def test_readme_htp_command_with_verbose(tiny_dir, tmp_path, capsys) -> None:  #
     assert "[htp-last] layout of one document" in out and "<B-PST> <B-PST>" in out
     assert "| htp-last |" in out
     (path,) = tmp_path.rglob("*.json")
-    assert path.name == "htp-last__len512__tp1-5__out-3__q2d5s0__float32.json"  # mistral preset, exit -3
     saved = json.loads(path.read_text())
+    assert saved["label"] == "htp-last__len512__tp1-5__out-3"  # mistral preset, exit -3
+    assert saved["run"]["data"]["extra"]["parity"] == saved["config"]["parity"]
     assert saved["dataset"] == "scifact" and saved["config"]["method"] == "htp-last"
     assert saved["config"]["tp_start"] == 1 and saved["config"]["output_layer"] == -3
     assert saved["config"]["parity"] == {
@@ -140,11 +132,13 @@ def test_sts_longembed_and_synthetic_scripts(tiny_dir, tmp_path, capsys) -> None
     printed = capsys.readouterr().out
     assert "| Spearman |" in printed and "### qmsum (test)" in printed
     assert "### passkey (test), context length 64 tokens" in printed
-    by_dataset = {json.loads(p.read_text())["dataset"]: p.name for p in tmp_path.rglob("*.json")}
-    # smollm2-tp leaves tp_start and the exit layer to the model preset (empty in the name)
-    assert by_dataset == {"stsb": "htp-last__len512__tp-5__q8d5s0__float32.json",
-                          "qmsum": "htp-last__len64__tp-5__q2d5s0__float32.json",
-                          "passkey": "htp-last__ctx64__tp-5__q2d5s0__float32.json"}
+    by_dataset = {(raw := json.loads(p.read_text()))["dataset"]: (raw["label"], raw["run"]["data"])
+                  for p in tmp_path.rglob("*.json")}
+    # smollm2-tp leaves tp_start and the exit layer to the model preset (empty in the label)
+    assert {k: v[0] for k, v in by_dataset.items()} == {
+        "stsb": "htp-last__len512__tp-5", "qmsum": "htp-last__len64__tp-5", "passkey": "htp-last__tp-5"}
+    assert by_dataset["stsb"][1]["subset"] == {"max_queries": 8, "max_docs": 5}
+    assert by_dataset["passkey"][1]["context_length"] == 64
 
 
 def test_pooling_override_and_config_errors(tmp_path) -> None:  # noqa: ANN001

@@ -14,7 +14,7 @@ import pytest
 from htp_retrieval import models
 from htp_retrieval.cli import main
 from htp_retrieval.encoder import HTPEncoder
-from htp_retrieval.eval.harness import EvalSettings, RunPoint, result_name
+from htp_retrieval.eval.harness import DataItem, EvalSettings, RunPoint, result_paths
 from htp_retrieval.eval.report import is_shipped, key_is_relevant, read_result, variant_label
 from htp_retrieval.layout import adaptive_k, block_budget, parse_long_budget
 from htp_retrieval.methods import get_method
@@ -66,7 +66,7 @@ def test_encoder_short_budget_order_and_layouts(tiny_llama, monkeypatch) -> None
                      preset={"short_budget": [512, 3]})
     off = HTPEncoder(model, "htp", tokenizer=tok, max_length=512, short_budget=0)
     assert (arg.short_budget, pre.short_budget, off.short_budget) == ((512, 1), (512, 3), None)
-    assert "short_budget" not in off.record()
+    assert off.record()["short_budget"] is None
     assert HTPEncoder(model, "htp-last", tokenizer=tok).short_budget is None
     n = {name: len(e.build_layouts([TEXT])[0].pst_positions)
          for name, e in (("fam", fam), ("arg", arg), ("pre", pre), ("off", off))}
@@ -77,18 +77,24 @@ def test_encoder_short_budget_order_and_layouts(tiny_llama, monkeypatch) -> None
         HTPEncoder(model, "htp", tokenizer=tok, short_budget=(256,))  # type: ignore[arg-type]
 
 
-def test_result_names_record_a_binding_short_budget() -> None:
-    htp = RunPoint(get_method("htp"), None)
-    assert result_name(htp, EvalSettings(short_budget=(256, 1)), context_length=256) == \
-        "htp__ctx256__sb256-1__mbt64.json"
-    assert result_name(htp, EvalSettings(short_budget=0), context_length=256) == \
-        "htp__ctx256__mbt64.json"
-    # with T = 64 no text of up to 64 tokens has more than one block: (64, 1) never binds
-    assert result_name(htp, EvalSettings(short_budget=(64, 1)), context_length=256) == \
-        "htp__ctx256__mbt64.json"
-    vanilla = RunPoint(get_method("vanilla-mean"), None)
-    assert result_name(vanilla, EvalSettings(short_budget=(256, 1)), context_length=256) == \
-        "vanilla-mean__ctx256.json"
+def test_runs_record_the_short_budget(tiny_dir: str) -> None:
+    """The resolved short budget is part of the run: the family's by default (Llama: 256:1),
+    the flag's otherwise, and nothing for methods without sentence blocks."""
+    item = DataItem("retrieval", "needle", "test", None)  # type: ignore[arg-type]
+
+    def run(method: str, **kw: object) -> tuple[dict, Path]:
+        point = RunPoint(get_method(method), 256)
+        (_, r, path), = result_paths(EvalSettings(model=tiny_dir, **kw), point, item)[1]  # type: ignore[arg-type]
+        return r["htp_config"]["blocks"], path
+
+    default, path = run("htp")
+    assert default["short_budget"] == [256, 1]
+    assert run("htp", short_budget=(256, 1))[1] == path
+    off, off_path = run("htp", short_budget=0)
+    assert off["short_budget"] is None and off_path != path
+    assert run("htp", short_budget=(64, 1))[0]["short_budget"] == [64, 1]
+    vanilla, vpath = run("vanilla-mean", short_budget=(256, 1))
+    assert vanilla["short_budget"] is None and vpath == run("vanilla-mean")[1]
 
 
 def test_short_budget_cli_flag(capsys) -> None:  # noqa: ANN001
