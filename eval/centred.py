@@ -14,6 +14,11 @@ evaluated corpus's mean, queries on the mean of a query sample a deployment coul
   on development splits (the QMSum evidence spans are one), and say so where it is used on
   a test split.
 
+STS pairs have no query side: both sentences are centred on one mean
+(:func:`score_sts_centred`), of an STS split's sentences (``../shared/data/sts/stsb:train``
+for STS-B test), of a file of sentences, or (``crossfit``) of the other half of the
+evaluated pairs.
+
 Why and the measured effect: docs/RAG.md (section "Centring").
 """
 
@@ -27,6 +32,7 @@ import numpy as np
 
 from htp_retrieval.centering import Centering, read_query_file
 from htp_retrieval.eval.retrieval import unit_rows
+from htp_retrieval.eval.sts import load_sts, spearman_percent, sts_file
 
 CENTRED = " centred"
 """Suffix of the centred scores' names."""
@@ -35,7 +41,8 @@ CROSSFIT = "crossfit"
 
 def read_query_sample(spec: str) -> tuple[list[str] | str, str]:
     """The query sample named by a ``--center-queries`` value, and a short label for result
-    names (``crossfit``, ``<dataset>-<split>``, ``<file stem>``).
+    names (``crossfit``, ``<dataset>-<split>``, ``<file stem>``). The sample of an STS
+    split (``DIR:SPLIT`` of a folder of STS jsonl files) is its distinct sentences.
 
     Returns:
         ``(texts or "crossfit", label)``.
@@ -47,6 +54,9 @@ def read_query_sample(spec: str) -> tuple[list[str] | str, str]:
     if spec == CROSSFIT:
         return CROSSFIT, CROSSFIT
     beir = _beir_split(spec)
+    if beir is not None and sts_file(*beir) is not None:
+        sts = load_sts(beir[0], split=beir[1])
+        return list(dict.fromkeys(sts.sentence1 + sts.sentence2)), sample_label(spec)
     if beir is not None:
         from htp_retrieval.eval.data import load_beir
 
@@ -204,5 +214,91 @@ def score_centred(
     return record
 
 
-__all__ = ["CENTRED", "CROSSFIT", "read_query_sample", "sample_label", "cosine_scale", "centred_vectors", "embed_sample",
-           "add_centred", "score_centred"]
+def sts_cosine_scale(cos: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """What a cosine score means on STS: the mean cosine of similar pairs (gold >= 4 on
+    STS-B's 0-5 scale), of unrelated pairs (gold <= 1) and of all pairs."""
+    out = {"all_mean": float(cos.mean())}
+    for name, mask in (("similar_mean", gold >= 4.0), ("unrelated_mean", gold <= 1.0)):
+        out[name] = float(cos[mask].mean()) if mask.any() else float("nan")
+    return out
+
+
+def score_sts_centred(
+    encoder: Any, sample: Sequence[str] | str, sentences: Sequence[str], emb: np.ndarray,
+    pairs: np.ndarray, gold: np.ndarray, *, instruction: str | None, label: str, seed: int,
+    show_progress_bar: bool = False,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """STS scores with both sentences of every pair centred on one mean.
+
+    The mean is that of the sample's unit vectors (embedded as the evaluated sentences,
+    with ``instruction``), or with ``"crossfit"`` of the distinct sentences of the other
+    seeded half of the pairs, leaving out any sentence that also occurs in the scored half
+    (a sentence is never centred on a mean that holds it). Sample sentences that are also
+    evaluated sentences are left out of the sample (counted in the record).
+
+    Args:
+        encoder: Embeds the sample (the evaluated sentences' encoder).
+        sample: Sample sentences, or ``"crossfit"``.
+        sentences: ``[n_sentences]`` the evaluated distinct sentences (rows of ``emb``).
+        emb: ``[n_sentences, hidden]`` their vectors.
+        pairs: ``[n_pairs, 2]`` row indices into ``emb`` of each pair's two sentences.
+        gold: ``[n_pairs]`` gold scores.
+        instruction: Instruction of the evaluated sentences (none for STS).
+        label: Name of the sample, recorded.
+        seed: Seed of the cross-fitting halves.
+        show_progress_bar: tqdm bar while embedding the sample.
+
+    Returns:
+        ``(scores, record)``: ``Spearman centred`` and ``Pearson centred`` (x100), and the
+        ``config["centering"]`` record: ``sentence_sample`` (label), ``n_sample_sentences``
+        (``None`` for cross-fitting), ``n_sample_overlap_dropped``, and ``scale``
+        (:func:`sts_cosine_scale`, plain and centred).
+
+    Raises:
+        ValueError: for an unknown sample string, cross-fitting with fewer than two pairs, or
+            a sample left empty once evaluated sentences are taken out.
+    """
+    from scipy.stats import pearsonr
+
+    u = unit_rows(emb)
+    record: dict[str, Any] = {"sentence_sample": label, "n_sample_sentences": None,
+                              "n_sample_overlap_dropped": 0}
+    cos_c = np.empty(len(pairs))
+    if isinstance(sample, str):
+        if sample != CROSSFIT:
+            raise ValueError(f"unknown sentence sample {sample!r}")
+        if len(pairs) < 2:
+            raise ValueError(f"cross-fitting needs at least 2 pairs, got {len(pairs)}")
+        fold = np.random.default_rng(seed).permutation(len(pairs)) % 2
+        for f in range(2):
+            scored = pairs[fold == f]
+            other = np.setdiff1d(np.unique(pairs[fold != f]), np.unique(scored))
+            if not len(other):
+                raise ValueError("cross-fitting: one half of the pairs shares every sentence "
+                                 "with the other")
+            cen = Centering.fit(u[other], u[other])
+            x, y = cen.apply(u[scored[:, 0]], "document"), cen.apply(u[scored[:, 1]], "document")
+            cos_c[fold == f] = (x * y).sum(axis=1)
+    else:
+        evaluated = set(sentences)
+        kept = [s for s in sample if s not in evaluated]
+        record["n_sample_overlap_dropped"] = len(sample) - len(kept)
+        if not kept:
+            raise ValueError(f"the sentence sample {label!r} holds only evaluated sentences")
+        s_emb = encoder.encode(kept, instruction=instruction,
+                               show_progress_bar=show_progress_bar)
+        record["n_sample_sentences"] = len(kept)
+        centred = Centering.fit(s_emb, s_emb).apply(u, "document")
+        cos_c = (centred[pairs[:, 0]] * centred[pairs[:, 1]]).sum(axis=1)
+    cos = (u[pairs[:, 0]] * u[pairs[:, 1]]).sum(axis=1)
+    scores = {"Spearman" + CENTRED: spearman_percent(cos_c, gold),
+              "Pearson" + CENTRED: float(100.0 * pearsonr(cos_c.astype(np.float64),
+                                                          gold).statistic)}
+    record["scale"] = {"plain": sts_cosine_scale(cos, gold),
+                       "centred": sts_cosine_scale(cos_c, gold)}
+    return scores, record
+
+
+__all__ = ["CENTRED", "CROSSFIT", "read_query_sample", "sample_label", "cosine_scale",
+           "centred_vectors", "embed_sample", "add_centred", "score_centred",
+           "score_sts_centred", "sts_cosine_scale"]

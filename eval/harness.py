@@ -146,10 +146,10 @@ class EvalSettings:
             (``-o<overlap>`` in the name when not 0).
         late_window: Late chunking: text tokens per forward pass (``None``: the encoder's
             ``max_length``, the model's window; ``-w<tokens>`` in the name when set).
-        center_queries: Also score every retrieval result with centred vectors
-            (:mod:`htp_retrieval.eval.centred`): a ``DIR:SPLIT`` of a BEIR-format dataset,
-            a query file, or ``crossfit``; ``cen-<label>`` in the result name. STS results
-            are not centred (an error).
+        center_queries: Also score every result with centred vectors
+            (:mod:`htp_retrieval.eval.centred`): a ``DIR:SPLIT`` of a BEIR-format dataset
+            (or, for STS, of an STS folder), a query (sentence) file, or ``crossfit``;
+            ``cen-<label>`` in the result name.
         config: A resolved :class:`~htp_retrieval.config.HTPConfig` to evaluate exactly as
             it is (its method, ``max_length`` and ``overflow`` included); ``methods`` must
             be ``[config.method]`` and the sweep and setting fields above their defaults.
@@ -635,9 +635,6 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
     if settings.center_queries:
         from htp_retrieval.eval.centred import read_query_sample
 
-        if any(isinstance(it.data, StsData) for it in items):
-            raise ValueError("--center-queries applies to retrieval data; STS-B pairs have "
-                             "no query side")
         sample, center_label = read_query_sample(settings.center_queries)
     center = dict(center_queries=sample, center_label=center_label, seed=settings.seed)
     results: list[RetrievalResult] = []
@@ -678,7 +675,8 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                 if chunking is not None:
                     res = _run_spans(enc, item, settings, chunking, path, center)
                 elif isinstance(item.data, StsData):
-                    res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar)
+                    res = run_sts(enc, item.data, show_progress_bar=settings.show_progress_bar,
+                                  **center)
                 else:
                     res = run_retrieval(
                         enc, item.data, split=item.split,
@@ -742,7 +740,7 @@ def _score_columns(group: list[RetrievalResult]) -> list[str]:
 
     keys = set().union(*(r.scores for r in group))
     if "Spearman" in keys:
-        return ["Spearman"]
+        return [c for c in ("Spearman", "Spearman" + CENTRED) if c in keys or c == "Spearman"]
     cols = ["Acc@1", "NDCG@10"] if "Acc@1" in keys else ["NDCG@10", "Recall@100"]
     if "NDCG@10 in-doc" in keys:
         cols = ["NDCG@10", "NDCG@10 in-doc"]

@@ -18,6 +18,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,9 @@ def run_sts(
     *,
     instruction: str | None = None,
     show_progress_bar: bool = True,
+    center_queries: Sequence[str] | str | None = None,
+    center_label: str = "",
+    seed: int = 0,
 ) -> RetrievalResult:
     """Embed every distinct sentence once and score cosine similarity against gold.
 
@@ -167,6 +171,12 @@ def run_sts(
         data: The pairs.
         instruction: Instruction for both sentences (default none, as in the paper).
         show_progress_bar: tqdm bar over sentences.
+        center_queries: Also score with both sentences centred on one mean
+            (:func:`~htp_retrieval.eval.centred.score_sts_centred`): sample sentences, or
+            ``"crossfit"``; adds ``Spearman centred`` and ``Pearson centred`` and
+            ``config["centering"]``.
+        center_label: Name of the sentence sample, recorded.
+        seed: Seed of the cross-fitting halves.
 
     Returns:
         A :class:`~htp_retrieval.eval.retrieval.RetrievalResult` with ``scores``
@@ -193,6 +203,16 @@ def run_sts(
     pearson = (float("nan") if _constant(cos, gold, "Pearson")
                else float(100.0 * pearsonr(cos.astype(np.float64), gold).statistic))
     scores = {"Spearman": spearman_percent(cos, gold), "Pearson": pearson}
+    centring = None
+    if center_queries is not None:
+        from htp_retrieval.eval.centred import score_sts_centred
+
+        pairs = np.array([[index[s] for s in data.sentence1],
+                          [index[s] for s in data.sentence2]]).T
+        c_scores, centring = score_sts_centred(
+            encoder, center_queries, sentences, emb, pairs, gold, instruction=instruction,
+            label=center_label, seed=seed, show_progress_bar=show_progress_bar)
+        scores.update(c_scores)
     cost = {
         "encode_seconds": mem.seconds,
         "cpu_seconds": time.process_time() - c0,
@@ -208,6 +228,8 @@ def run_sts(
     }
     config = dict(encoder.record())
     config.update(query_instruction=instruction, document_instruction=instruction)
+    if centring is not None:
+        config["centering"] = centring
     return RetrievalResult(
         dataset=data.name, split=data.split, config=config, scores=scores, cost=cost,
         counts={"n_pairs": len(data), "n_sentences": len(sentences)},

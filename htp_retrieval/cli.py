@@ -389,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                    "the mean of a query sample: DIR:SPLIT (another split of a BEIR dataset, "
                    "e.g. ../shared/data/beir/scifact:train), a file of queries (one per line "
                    "or queries.jsonl), or crossfit (each half of the evaluated queries "
-                   "centred on the other half's mean; for dev splits); columns '... centred'")
+                   "centred on the other half's mean; for dev splits); STS: both sentences on "
+                   "one mean (e.g. ../shared/data/sts/stsb:train); columns '... centred'")
     p.add_argument("--chunk-tokens", type=int, default=256,
                    help="evidence-span data: chunk size in tokens (default 256)")
     p.add_argument("--chunk-overlap", type=int, default=0,

@@ -105,10 +105,56 @@ def test_harness_runs_and_tables_show_centred_columns(tiny_dir: str, tmp_path: P
     assert "NDCG@10 centred" in res.scores and res.config["centering"]["n_sample_queries"] == 6
     table = format_results([res])
     assert "| NDCG@10 | NDCG@10 centred | Recall@100 | Recall@100 centred |" in table
-    sts = tmp_path / "sts.jsonl"
-    sts.write_text(json.dumps({"sentence1": "a b", "sentence2": "a c", "score": 3.0}) + "\n")
-    with pytest.raises(ValueError, match="no query side"):
-        run_eval(resolve_data(str(sts), split="test"), settings)
+
+
+def _sts(root: Path) -> Path:
+    """An STS folder: test pairs over TOPICS; train pairs share one sentence with test."""
+    root.mkdir()
+    rows = {"test": [(f"The {a} are here.", f"The {b} are near.", 5.0 - i % 6)
+                     for i, (a, b) in enumerate(zip(TOPICS, TOPICS[1:] + TOPICS[:1]))],
+            "train": [(f"Some {t} were seen.", f"No {t} at all.", 2.0) for t in TOPICS]}
+    rows["train"].append(("The apples are here.", "Nothing.", 0.0))
+    for split, pairs in rows.items():
+        (root / f"{split}.jsonl").write_text("".join(
+            json.dumps({"sentence1": a, "sentence2": b, "score": g}) + "\n"
+            for a, b, g in pairs))
+    return root
+
+
+def test_sts_centred_on_a_sentence_sample_and_crossfit(tiny_dir, tmp_path: Path) -> None:  # noqa: ANN001
+    from scipy.stats import spearmanr
+
+    from htp_retrieval.eval.harness import EvalSettings, format_results, resolve_data, run_eval
+    from htp_retrieval.eval.sts import load_sts
+
+    root = _sts(tmp_path / "toysts")
+    sample, label = read_query_sample(f"{root}:train")
+    assert label == "toysts-train" and len(sample) == 14  # distinct sentences
+    settings = EvalSettings(model=tiny_dir, methods=["vanilla-mean"], dtype="float32",
+                            output=tmp_path / "out", show_progress_bar=False,
+                            center_queries=f"{root}:train")
+    (res,) = run_eval(resolve_data(str(root), split="test"), settings)
+    rec = res.config["centering"]
+    assert rec["n_sample_sentences"] == 13 and rec["n_sample_overlap_dropped"] == 1
+    # by hand: the same encoder, both sentences on the mean of the 13 kept sample sentences
+    enc = HTPEncoder(tiny_dir, "vanilla-mean", dtype="float32")
+    data = load_sts(root, split="test")
+    kept = [s for s in sample if s != "The apples are here."]
+    cen = Centering.fit(enc.encode(kept), enc.encode(kept))
+    a = cen.apply(enc.encode(data.sentence1), "document")
+    b = cen.apply(enc.encode(data.sentence2), "document")
+    want = 100 * spearmanr((a * b).sum(axis=1), data.scores).statistic
+    assert res.scores["Spearman centred"] == pytest.approx(want, abs=1e-6)
+    assert res.scores["Spearman centred"] != pytest.approx(res.scores["Spearman"], abs=1e-6)
+    assert set(rec["scale"]) == {"plain", "centred"}
+    assert "| Spearman | Spearman centred |" in format_results([res])
+    cross = EvalSettings(model=tiny_dir, methods=["vanilla-mean"], dtype="float32",
+                         output=tmp_path / "out", show_progress_bar=False,
+                         center_queries="crossfit")
+    (res_x,) = run_eval(resolve_data(str(root), split="test"), cross)
+    assert res_x.config["centering"]["sentence_sample"] == "crossfit"
+    assert np.isfinite(res_x.scores["Spearman centred"])
+    assert res_x.scores["Spearman"] == pytest.approx(res.scores["Spearman"], abs=1e-9)
 
 
 def test_cosine_scale_separates_relevant_pairs() -> None:
