@@ -89,9 +89,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.center_queries:
         from htp_retrieval.eval.centred import read_query_sample
 
-        if any(it.kind == "sts" for it in items):
-            raise SystemExit("htp-retrieval eval: --center-queries applies to retrieval data; "
-                             "STS-B pairs have no query side")
         try:
             read_query_sample(args.center_queries)
         except (FileNotFoundError, ValueError) as e:
