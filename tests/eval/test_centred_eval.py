@@ -147,6 +147,8 @@ def test_sts_centred_on_a_sentence_sample_and_crossfit(tiny_dir, tmp_path: Path)
     assert res.scores["Spearman centred"] == pytest.approx(want, abs=1e-6)
     assert res.scores["Spearman centred"] != pytest.approx(res.scores["Spearman"], abs=1e-6)
     assert set(rec["scale"]) == {"plain", "centred"}
+    lo, hi = rec["spearman_delta_ci95"]
+    assert lo <= hi
     assert "| Spearman | Spearman centred |" in format_results([res])
     cross = EvalSettings(model=tiny_dir, methods=["vanilla-mean"], dtype="float32",
                          output=tmp_path / "out", show_progress_bar=False,
