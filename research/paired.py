@@ -379,16 +379,42 @@ def centred_view(result: RetrievalResult, metric: str) -> RetrievalResult:
     return dataclasses.replace(result, per_query=rows)
 
 
+def sts_centred_table(results: list[RetrievalResult], labels: list[str]) -> str:
+    """Markdown rows of STS results scored with ``eval --center-queries``: Spearman plain,
+    centred, the gain and its 95% bootstrap interval over resampled pairs (stored by the
+    eval in ``config["centering"]["spearman_delta_ci95"]``).
+
+    Raises:
+        ValueError: for a result without centred Spearman (named by its label).
+    """
+    lines = ["| result | sample | Spearman | Spearman centred | diff | 95% CI (pairs) |",
+             "|---|---|---|---|---|---|"]
+    for lab, r in zip(labels, results, strict=True):
+        cen = r.config.get("centering") or {}
+        if "Spearman centred" not in r.scores or "spearman_delta_ci95" not in cen:
+            raise ValueError(f"{lab}: no centred Spearman: run the STS eval with "
+                             "--center-queries")
+        lo, hi = cen["spearman_delta_ci95"]
+        plain, centred = r.scores["Spearman"], r.scores["Spearman centred"]
+        lines.append(f"| {lab} | {cen['sentence_sample']} | {plain:.2f} | {centred:.2f} | "
+                     f"{centred - plain:+.2f} | [{lo:+.2f}, {hi:+.2f}] |")
+    return "\n".join(lines)
+
+
 def cmd_paired(args: argparse.Namespace) -> int:
     """``python -m research paired``: print the paired table (and the split, plot)."""
     try:
         paths = [Path(p) for p in args.results]
-        loaded = [load_per_query(p) for p in paths]
+        sts = args.centred and args.metric == "Spearman"  # STS: no per-query values
+        loaded = [RetrievalResult.load(p) if sts else load_per_query(p) for p in paths]
         labels = (args.labels.split(",") if args.labels
                   else [_label(p, r) for p, r in zip(paths, loaded, strict=True)])
         if len(labels) != len(loaded) or len(set(labels)) != len(labels):
             raise ValueError(f"--labels: need {len(loaded)} distinct names, got {labels}")
         base, base_label = loaded[0], labels[0]
+        if sts:
+            print(sts_centred_table(loaded, labels))
+            return 0
         if args.centred:  # each result's centred scores against its own plain ones
             rows = [compare(r, centred_view(r, args.metric), metric=args.metric,
                             label=f"{lab} centred", seed=args.seed)
@@ -434,5 +460,5 @@ def add_parser(asub: Any) -> None:
     q.set_defaults(func=cmd_paired)
 
 
-__all__ = ["PairedComparison", "load_per_query", "compare", "centred_view", "bin_edges", "split_by",
+__all__ = ["PairedComparison", "load_per_query", "compare", "centred_view", "sts_centred_table", "bin_edges", "split_by",
            "paired_table", "split_table", "plot_split", "cmd_paired"]

@@ -65,3 +65,20 @@ def test_paired_centred_view() -> None:
     assert (row.mean_diff, row.wins, row.ties) == (10.0, 1, 1)
     with pytest.raises(ValueError, match="--center-queries"):
         centred_view(res, "Recall@10")
+
+
+def test_sts_centred_table_reads_the_stored_interval() -> None:
+    from htp_retrieval.eval.retrieval import RetrievalResult
+    from research.paired import sts_centred_table
+
+    cen = {"sentence_sample": "stsb-dev", "spearman_delta_ci95": [0.5, 4.25]}
+    res = RetrievalResult(dataset="stsb", split="test", config={"centering": cen},
+                          scores={"Spearman": 40.0, "Spearman centred": 42.5}, cost={},
+                          counts={}, versions={}, created=0.0)
+    table = sts_centred_table([res], ["smol vanilla-mean"])
+    assert table.splitlines()[-1] == ("| smol vanilla-mean | stsb-dev | 40.00 | 42.50 | +2.50 | "
+                                      "[+0.50, +4.25] |")
+    plain = RetrievalResult(dataset="stsb", split="test", config={}, scores={"Spearman": 40.0},
+                            cost={}, counts={}, versions={}, created=0.0)
+    with pytest.raises(ValueError, match="--center-queries"):
+        sts_centred_table([plain], ["plain"])
