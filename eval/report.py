@@ -180,6 +180,9 @@ def read_result(path: str | Path) -> ResultRecord:
         if key not in raw:
             raise ValueError(f"{p}: not a results JSON (no {key!r} key)")
     config = dict(raw["config"])
+    cen = config.get("centering")
+    if isinstance(cen, dict):  # a measurement record; rows differ only by its sample
+        config["centering"] = cen.get("query_sample") or cen.get("sentence_sample") or "yes"
     return ResultRecord(
         path=p,
         dataset=str(raw["dataset"]),
@@ -397,9 +400,11 @@ class ResultSet:
 
     @property
     def scores(self) -> list[str]:
-        """Score labels present, in :data:`SCORE_ORDER` (others sorted, at most 4)."""
+        """Score labels present, in :data:`SCORE_ORDER`, each followed by its centred
+        score where there is one (``eval --center-queries``); else others sorted, at most
+        4."""
         have = {s for r in self.records for s in r.scores}
-        shown = [s for s in SCORE_ORDER if s in have]
+        shown = [c for s in SCORE_ORDER for c in (s, s + " centred") if c in have]
         return shown or sorted(have)[:4]
 
     @property

@@ -462,3 +462,30 @@ def test_shipped_table_bolds_losses_in_main_score_and_ndcg() -> None:
     assert cells["passkey (test)"] == ["**-8.00**", "+3.19"]
     assert cells["scifact (test)"] == ["+4.05", "+4.05"]
     assert cells["qmsum (test)"] == ["**+0.00**", "**+0.00**"]
+
+
+def test_centred_scores_sit_beside_plain_ones(tmp_path: Path) -> None:
+    """A centred run's table shows each score with its centred one; the centring record
+    reads as its sample's label, so it makes a column only when samples differ."""
+    from htp_retrieval.eval.report import format_set_table, group_results, read_result
+
+    def rec(name: str, method: str, sample: str, plain: float, centred: float) -> object:
+        f = tmp_path / f"{name}.json"
+        cen = {"sentence_sample": sample, "scale": {"plain": {}, "centred": {}}}
+        f.write_text(json.dumps({
+            "dataset": "stsb", "split": "test",
+            "scores": {"Spearman": plain, "Spearman centred": centred},
+            "config": {"model": MODEL, "method": method, "max_length": 512,
+                       "centering": cen}}))
+        return read_result(f)
+
+    same = [rec("a", "vanilla-mean", "stsb-dev", 40.0, 45.0),
+            rec("b", "htp", "stsb-dev", 50.0, 51.0)]
+    (rs,) = group_results(same)
+    assert rs.scores == ["Spearman", "Spearman centred"]
+    (row, _) = _table_rows(format_set_table(rs), "| method")
+    assert "centering" not in row and row["Spearman centred"] == "45.00"
+    (rs2,) = group_results([*same, rec("c", "htp", "stsb-train", 50.0, 52.0)])
+    assert [r.config["centering"] for r in rs2.records] == ["stsb-dev", "stsb-dev",
+                                                             "stsb-train"]
+    assert "centering" in rs2.keys
