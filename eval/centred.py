@@ -15,7 +15,7 @@ evaluated corpus's mean, queries on the mean of a query sample a deployment coul
   a test split.
 
 STS pairs have no query side: both sentences are centred on one mean
-(:func:`score_sts_centred`), of an STS split's sentences (``../shared/data/sts/stsb:train``
+(:func:`score_sts_centred`), of an STS split's sentences (``../shared/data/sts/stsb:dev``
 for STS-B test), of a file of sentences, or (``crossfit``) of the other half of the
 evaluated pairs.
 
