@@ -46,7 +46,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write(report.markdown)
     else:
         path = write_report(report, args.output)
-        print(f"wrote {path}: {len(report.sets)} tables, {len(report.plots)} plots, "
+        print(f"wrote {path}: {report.n_tables} tables, {len(report.plots)} plots, "
               f"{len(report.comparisons)} {args.compare}-vs-{args.baseline} comparisons",
               file=sys.stderr)
     n_mteb = sum(why == MTEB_SKIP_REASON for _, why in report.skipped)

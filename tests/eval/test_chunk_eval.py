@@ -154,6 +154,7 @@ def test_report_has_a_chunk_section(tmp_path: Path) -> None:
     row = next(line for line in md.splitlines() if line.startswith("| htp | late"))
     assert "| 12.50 |" in row and "| +2.50 | **-1.00** |" in row
     assert any(p.name.endswith("chunks.png") for p in rep.plots)
+    assert rep.n_tables == 1 and "2 result files, 1 tables." in md
 
 
 def test_needle_spans_mark_the_chunk_holding_the_needle(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
