@@ -1042,6 +1042,16 @@ def _loadavg() -> float:
         return 0.0
 
 
+def _cpu_matmul_record(device: str) -> dict[str, Any] | None:
+    """What ``dtype="auto"`` measured on this CPU (:func:`htp_retrieval.dtypes.cpu_matmul_seconds`),
+    for a CPU with native bf16 instructions; ``None`` elsewhere."""
+    from htp_retrieval import dtypes
+
+    if not str(device).startswith("cpu") or not dtypes.cpu_has_native_bf16():
+        return None
+    return dtypes.cpu_matmul_seconds()
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -1086,6 +1096,7 @@ def _run_bench(args: argparse.Namespace) -> dict[str, Any]:
         methods = [m for m in methods if not is_raw(m) and not is_external(m)]
     lengths = _ints(args.lengths)
     # the concrete dtype goes into the config and the file name, never "auto"
+    asked_dtype = args.dtype
     args.dtype = resolve_dtype(args.dtype,
                                pick_device(args.device) if args.device_map is None else "auto")
     pipeline = {"auto": None, "on": True, "off": False}[getattr(args, "pipeline", "auto")]
@@ -1101,6 +1112,7 @@ def _run_bench(args: argparse.Namespace) -> dict[str, Any]:
                               long_source=args.long_source, essays=args.essays)
     config = {
         "model": args.model, "device": bench.device, "dtype": args.dtype,
+        "dtype_asked": asked_dtype, "cpu_matmul_seconds": _cpu_matmul_record(bench.device),
         "threads": torch.get_num_threads(), "methods": methods, "lengths": lengths,
         "n_docs": args.n_docs, "long_docs": args.long_docs, "long_source": args.long_source,
         "repeats": args.repeats, "batch_size": args.batch_size,
@@ -1303,9 +1315,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median kept)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: default)")
     p.add_argument("--dtype", default="auto", choices=get_args(DTypeArg),
-                   help="weight dtype; auto: bf16 on a GPU with bf16 or a CPU with native bf16 "
-                   "instructions, fp16 on an older GPU, else fp32 (the file name and JSON "
-                   "record the resolved one)")
+                   help="weight dtype; auto: bf16 on a GPU with bf16 or on a CPU with native "
+                   "bf16 instructions where bf16 measured as fast as fp32, fp16 on an older "
+                   "GPU, else fp32 (the file name and JSON record the resolved one)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--device-map", default=None,
                    help="from_pretrained device_map, e.g. auto (several GPUs)")

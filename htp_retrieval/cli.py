@@ -331,8 +331,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
                    choices=["sentencizer", "spacy", "pysbd", "regex"])
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=get_args(DTypeArg),
-                   help="weight dtype; auto: bf16 on a GPU with bf16 or a CPU with native "
-                   "bf16 instructions, fp16 on an older GPU, else fp32")
+                   help="weight dtype; auto: bf16 on a GPU with bf16 or on a CPU with native "
+                   "bf16 instructions where bf16 measured as fast as fp32 (a one-off "
+                   "benchmark cached per machine), fp16 on an older GPU, else fp32")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-tokens-per-batch", type=int, default=16384)
 

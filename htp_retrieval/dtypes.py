@@ -5,21 +5,33 @@ The rule (:func:`resolve_dtype`):
 * CUDA device with bf16 support (``torch.cuda.is_bf16_supported()``, Ampere and later):
   ``bfloat16``;
 * CUDA device without it (Volta, Turing): ``float16``;
-* CPU with native bf16 matrix instructions (``avx512_bf16`` or ``amx_bf16`` in the CPU
-  flags, with torch's kernels built for AVX-512 or later): ``bfloat16``;
-* any other CPU: ``float32`` (bf16 there is emulated and slower than fp32).
+* CPU with native bf16 instructions (``avx512_bf16`` or ``amx_bf16`` in the CPU flags,
+  with torch's kernels built for AVX-512 or later): ``bfloat16`` if a one-off matrix-product
+  benchmark finds bf16 no more than 5% slower than fp32 on this machine, else ``float32``
+  (:func:`cpu_prefers_bf16`). The flag alone does not settle it: with AMX or on AMD Zen 4
+  bf16 was about 3x faster than fp32, on an Intel Xeon with ``avx512_bf16`` but no AMX it
+  was 1.4-1.8x slower. The measurement is cached per machine in
+  ``<cache_dir>/cpu-dtype.json`` (:func:`htp_retrieval.models.cache_dir`);
+* any other CPU: ``float32`` (bf16 there is emulated and 6-7x slower than fp32), without
+  benchmarking.
 
 Explicit dtypes (``bfloat16``, ``float16``, ``float32``) pass through unchanged. The
-capability probes are the small functions :func:`cpu_has_native_bf16` and
-:func:`cuda_bf16_supported`, so tests can replace them.
+probes are the small functions :func:`cpu_prefers_bf16` (which uses
+:func:`cpu_has_native_bf16` and :func:`cpu_matmul_seconds`) and :func:`cuda_bf16_supported`,
+so tests can replace them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import threading
+import time
 from functools import lru_cache
-from typing import Literal, get_args
+from pathlib import Path
+from typing import Any, Literal, get_args
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +43,11 @@ AUTO = "auto"
 
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """``/proc/cpuinfo`` flags of native bf16 dot-product / matrix instructions."""
+BF16_TOLERANCE = 1.05
+"""``auto`` takes bf16 on a CPU when its measured matmul time is at most this times fp32's
+(bf16 also halves the weights' memory)."""
+CPU_DTYPE_CACHE = "cpu-dtype.json"
+"""File name, in :func:`htp_retrieval.models.cache_dir`, of the cached CPU benchmarks."""
 
 _logged: set[tuple[str, str]] = set()
 _log_lock = threading.Lock()
@@ -68,6 +85,106 @@ def cpu_has_native_bf16() -> bool:
     return any(f in flags for f in _CPU_BF16_FLAGS)
 
 
+def _cpu_model_name(path: str = "/proc/cpuinfo") -> str:
+    """The ``model name`` line of ``path`` (``unknown`` if unreadable)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _time_linear(n: int = 512, k: int = 1024, m: int = 2048, repeats: int = 5) -> dict[str, float]:
+    """Best-of-``repeats`` seconds of one ``[n, k] @ [k, m]`` product in fp32 and in bf16.
+
+    The two dtypes alternate, so a change of load hits both; torch's current thread count
+    is used. About 0.1-0.5 s in all on a 2-core CPU.
+    """
+    import torch
+
+    a32 = torch.randn(n, k)
+    w32 = torch.randn(m, k)
+    pairs = {"float32": (a32, w32),
+             "bfloat16": (a32.to(torch.bfloat16), w32.to(torch.bfloat16))}
+    best = {name: float("inf") for name in pairs}
+    with torch.inference_mode():
+        for a, w in pairs.values():  # warm-up: kernel selection, first-touch pages
+            torch.nn.functional.linear(a, w)
+        for _ in range(repeats):
+            for name, (a, w) in pairs.items():
+                t = time.perf_counter()
+                torch.nn.functional.linear(a, w)
+                best[name] = min(best[name], time.perf_counter() - t)
+    return best
+
+
+def cpu_matmul_seconds(cache: str | Path | None = None) -> dict[str, Any]:
+    """This CPU's fp32 and bf16 matrix-product times, measured once per machine.
+
+    Keyed by the CPU model name, a digest of its feature flags, torch version, torch CPU capability and thread count; a
+    stored entry for the same key is reused, any other key is measured (0.1-0.5 s) and
+    added. Delete the file to measure again.
+
+    Args:
+        cache: The JSON file (default ``<cache_dir>/cpu-dtype.json``). An unwritable file
+            is not an error: the measurement is then kept for this process only.
+
+    Returns:
+        ``{"key": str, "float32": seconds, "bfloat16": seconds, "measured": ISO time}``:
+        seconds of one ``[512, 1024] @ [1024, 2048]`` product (best of 5).
+    """
+    import torch
+
+    if cache is None:
+        from htp_retrieval.models import cache_dir
+
+        cache = cache_dir() / CPU_DTYPE_CACHE
+    path = Path(cache)
+    flags = hashlib.sha256(" ".join(sorted(_cpuinfo_flags())).encode()).hexdigest()[:8]
+    key = (f"{_cpu_model_name()} | flags {flags} | torch {torch.__version__} | "
+           f"{torch.backends.cpu.get_cpu_capability()} | {torch.get_num_threads()} threads")
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if not isinstance(stored, dict):
+        stored = {}
+    entry = stored.get(key)
+    if isinstance(entry, dict) and {"float32", "bfloat16"} <= set(entry):
+        return {"key": key, **entry}
+    entry = {**_time_linear(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    stored[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stored, indent=1))
+        tmp.replace(path)
+    except OSError as err:
+        logger.warning("could not store the CPU dtype benchmark in %s (%s); it will be "
+                       "measured again in the next process", path, err)
+    return {"key": key, **entry}
+
+
+@lru_cache(maxsize=1)
+def cpu_prefers_bf16() -> bool:
+    """Whether ``dtype="auto"`` takes bf16 on this CPU (the CPU probe behind ``auto``).
+
+    True when :func:`cpu_has_native_bf16` and :func:`cpu_matmul_seconds` finds bf16 at
+    most :data:`BF16_TOLERANCE` times fp32's time; a CPU without the instructions is not
+    benchmarked. Cached for the process.
+    """
+    if not cpu_has_native_bf16():
+        return False
+    t = cpu_matmul_seconds()
+    ratio = t["bfloat16"] / t["float32"]
+    logger.info("CPU matmul benchmark (%s): bf16 %.2f ms, fp32 %.2f ms (bf16 / fp32 = %.2f)",
+                t["key"], 1e3 * t["bfloat16"], 1e3 * t["float32"], ratio)
+    return ratio <= BF16_TOLERANCE
+
+
 def cuda_bf16_supported(device: str = "cuda") -> bool:
     """Whether the CUDA device ``device`` (``cuda`` or ``cuda:N``) supports bf16.
 
@@ -95,7 +212,7 @@ def resolve_dtype(dtype: str = AUTO, device: str = "cpu") -> DTypeName:
     Returns:
         ``bfloat16``, ``float16`` or ``float32``: for ``auto`` on CUDA, ``bfloat16``
         where :func:`cuda_bf16_supported`, else ``float16``; on CPU, ``bfloat16`` where
-        :func:`cpu_has_native_bf16`, else ``float32``. The first decision per
+        :func:`cpu_prefers_bf16`, else ``float32``. The first decision per
         ``(device, result)`` is logged at INFO on ``htp_retrieval.dtypes``.
 
     Raises:
@@ -116,10 +233,15 @@ def resolve_dtype(dtype: str = AUTO, device: str = "cpu") -> DTypeName:
         out: DTypeName = "bfloat16" if bf16 else "float16"
         why = "the GPU supports bf16" if bf16 else "the GPU has no bf16 support"
     else:
-        bf16 = cpu_has_native_bf16()
+        bf16 = cpu_prefers_bf16()
         out = "bfloat16" if bf16 else "float32"
-        why = ("the CPU has native bf16 instructions (avx512_bf16/amx_bf16)" if bf16
-               else "the CPU has no native bf16 instructions")
+        if bf16:
+            why = "the CPU has native bf16 instructions and bf16 matmuls measured as fast"
+        elif cpu_has_native_bf16():
+            why = ("the CPU has native bf16 instructions but bf16 matmuls measured slower "
+                   "than fp32 here")
+        else:
+            why = "the CPU has no native bf16 instructions"
     with _log_lock:
         if (dev, out) not in _logged:
             _logged.add((dev, out))
@@ -127,5 +249,5 @@ def resolve_dtype(dtype: str = AUTO, device: str = "cpu") -> DTypeName:
     return out
 
 
-__all__ = ["AUTO", "DTypeArg", "DTypeName", "cpu_has_native_bf16", "cuda_bf16_supported",
-           "resolve_dtype"]
+__all__ = ["AUTO", "BF16_TOLERANCE", "DTypeArg", "DTypeName", "cpu_has_native_bf16",
+           "cpu_matmul_seconds", "cpu_prefers_bf16", "cuda_bf16_supported", "resolve_dtype"]

@@ -445,8 +445,8 @@ class HTPEncoder:
         device: ``auto``, ``cpu``, ``cuda`` (``cuda:N`` too). Inputs go to the device of
             the input embeddings.
         dtype: ``auto`` (default: :func:`~htp_retrieval.dtypes.resolve_dtype` picks bf16
-            on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an older
-            GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``. Ignored for
+            on a GPU with bf16 and on a CPU with native bf16 instructions where bf16 measured
+            as fast as fp32, fp16 on an older GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``. Ignored for
             a model object. :meth:`record` holds the resolved dtype, never ``auto``.
         device_map: Passed to ``from_pretrained`` (``"auto"`` spreads a model larger than
             one GPU over all visible GPUs, with ``accelerate``); overrides ``device``.

@@ -344,8 +344,8 @@ def load_model(
             ``gemma-3-270m``), a ``.gguf`` path, a local directory or a hub id.
         device: ``auto``, ``cpu`` or ``cuda`` (``cuda:N`` works too).
         dtype: Weight dtype: ``auto`` (default; :func:`~htp_retrieval.dtypes.resolve_dtype`:
-            bf16 on a GPU with bf16 and on a CPU with native bf16 instructions, fp16 on an
-            older GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``.
+            bf16 on a GPU with bf16 and on a CPU with native bf16 instructions where bf16
+            measured as fast as fp32, fp16 on an older GPU, fp32 on other CPUs), ``bfloat16``, ``float16`` or ``float32``.
         device_map: Passed to ``from_pretrained`` (e.g. ``"auto"`` for a model larger than
             one GPU); overrides ``device``.
 

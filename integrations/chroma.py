@@ -163,7 +163,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         chunk_overlap: Overlap of consecutive chunks in tokens.
         dtype: ``auto`` (default), ``bfloat16``, ``float16`` or ``float32``. ``auto`` is
             resolved here for ``device`` (:func:`htp_retrieval.dtypes.resolve_dtype`: bf16
-            on a GPU or a CPU with native bf16, float32 on other CPUs) and the concrete
+            on a GPU or a CPU where native bf16 measured as fast as fp32, float32 on
+            other CPUs) and the concrete
             dtype is what the collection stores, so every vector of a collection is made in
             one dtype wherever it is reopened.
         encoder_kwargs: Further :class:`~htp_retrieval.HTPEncoder` keyword arguments (must

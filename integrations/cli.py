@@ -438,8 +438,8 @@ def add_subcommands(subparsers: Any) -> None:
                    help="overlap of consecutive chunks in tokens (new: 0)")
     g.add_argument("--dtype", default=None,
                    help="auto, bfloat16, float16 or float32 (new: auto, resolved on this "
-                        "machine and stored: bf16 on a GPU or a CPU with native bf16, "
-                        "float32 otherwise)")
+                        "machine and stored: bf16 on a GPU or a CPU where native bf16 "
+                        "measured as fast as fp32, float32 otherwise)")
     g.add_argument("--config", default=None, metavar="FILE.json",
                    help="a saved HTPConfig (a JSON file of encoder.config.to_json(), or a "
                         "results JSON with an 'htp_config' key) for a new collection; "

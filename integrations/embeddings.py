@@ -182,8 +182,8 @@ class HTPEmbeddings(_LIBaseEmbedding, _LCEmbeddings):
     device: str = Field(default="auto", description="auto, cpu or cuda.")
     """``auto``, ``cpu`` or ``cuda``."""
     dtype: str = Field(default="auto", description="auto, bfloat16, float16 or float32.")
-    """Weight dtype: ``auto`` (default: bf16 on a GPU or a CPU with native bf16, float32 on
-    other CPUs; :func:`htp_retrieval.dtypes.resolve_dtype`), ``bfloat16``, ``float16`` or
+    """Weight dtype: ``auto`` (default: bf16 on a GPU or a CPU where native bf16 measured as fast
+    as fp32, float32 on other CPUs; :func:`htp_retrieval.dtypes.resolve_dtype`), ``bfloat16``, ``float16`` or
     ``float32`` (aliases ``bf16``, ``fp16``, ``fp32`` and ``torch.dtype`` objects are
     accepted)."""
     encoder_kwargs: dict[str, Any] = Field(

@@ -1,7 +1,9 @@
-"""``dtype="auto"``: resolved from capability probes; explicit dtypes win."""
+"""``dtype="auto"``: resolved from capability probes and a cached CPU benchmark; explicit
+dtypes win."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -16,6 +18,7 @@ def _fresh_log_state(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cpu(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    monkeypatch.setattr(dtypes, "cpu_prefers_bf16", lambda: native)
     monkeypatch.setattr(dtypes, "cpu_has_native_bf16", lambda: native)
 
 
@@ -63,6 +66,7 @@ def test_explicit_dtype_passes_through(monkeypatch: pytest.MonkeyPatch, dtype: s
         raise AssertionError("an explicit dtype must not probe the hardware")
 
     monkeypatch.setattr(dtypes, "cpu_has_native_bf16", never)
+    monkeypatch.setattr(dtypes, "cpu_prefers_bf16", never)
     monkeypatch.setattr(dtypes, "cuda_bf16_supported", never)
     assert resolve_dtype(dtype, device) == dtype
 
@@ -101,6 +105,78 @@ def test_cpu_probe(monkeypatch: pytest.MonkeyPatch, capability: str, flags: str,
         assert dtypes.cpu_has_native_bf16() is expected
     finally:
         dtypes.cpu_has_native_bf16.cache_clear()
+
+
+@pytest.mark.parametrize(("bf16_ms", "expected"), [
+    (2.0, True),     # bf16 twice as fast (AMX, Zen 4)
+    (10.4, True),    # within BF16_TOLERANCE of fp32: bf16 halves the memory
+    (16.0, False),   # avx512_bf16 without AMX on an Intel Xeon: 1.6x slower
+])
+def test_native_cpu_takes_bf16_only_where_it_measured_fast(
+        monkeypatch: pytest.MonkeyPatch, bf16_ms: float, expected: bool) -> None:
+    monkeypatch.setattr(dtypes, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(dtypes, "cpu_matmul_seconds", lambda: {
+        "key": "test", "float32": 0.010, "bfloat16": bf16_ms / 1e3})
+    dtypes.cpu_prefers_bf16.cache_clear()
+    try:
+        assert dtypes.cpu_prefers_bf16() is expected
+        assert resolve_dtype("auto", "cpu") == ("bfloat16" if expected else "float32")
+    finally:
+        dtypes.cpu_prefers_bf16.cache_clear()
+
+
+def test_cpu_without_native_bf16_is_not_benchmarked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never() -> dict:
+        raise AssertionError("a CPU without bf16 instructions must not be benchmarked")
+
+    monkeypatch.setattr(dtypes, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(dtypes, "cpu_matmul_seconds", never)
+    dtypes.cpu_prefers_bf16.cache_clear()
+    try:
+        assert resolve_dtype("auto", "cpu") == "float32"
+    finally:
+        dtypes.cpu_prefers_bf16.cache_clear()
+
+
+def test_cpu_benchmark_is_measured_once_per_machine(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path) -> None:  # noqa: ANN001
+    runs: list[int] = []
+
+    def timed() -> dict[str, float]:
+        runs.append(1)
+        return {"float32": 0.01, "bfloat16": 0.02}
+
+    monkeypatch.setattr(dtypes, "_time_linear", timed)
+    cache = tmp_path / "sub" / "cpu-dtype.json"
+    first = dtypes.cpu_matmul_seconds(cache)
+    again = dtypes.cpu_matmul_seconds(cache)  # as a new process would: read from the file
+    assert len(runs) == 1 and again == first and first["bfloat16"] == 0.02
+    assert first["key"] in json.loads(cache.read_text())
+    monkeypatch.setattr(dtypes, "_cpu_model_name", lambda: "another CPU")
+    other = dtypes.cpu_matmul_seconds(cache)  # another machine sharing the cache: measured
+    assert len(runs) == 2 and len(json.loads(cache.read_text())) == 2
+    assert other["key"] != first["key"] and "another CPU" in other["key"]
+    cache.write_text("{not json")  # a damaged file is measured again and rewritten
+    dtypes.cpu_matmul_seconds(cache)
+    assert len(runs) == 3 and len(json.loads(cache.read_text())) == 1
+
+
+def test_unwritable_benchmark_cache_warns_and_still_decides(
+        monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    monkeypatch.setattr(dtypes, "_time_linear", lambda: {"float32": 0.01, "bfloat16": 0.005})
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with caplog.at_level(logging.WARNING, logger="htp_retrieval.dtypes"):
+        t = dtypes.cpu_matmul_seconds(blocker / "cpu-dtype.json")
+    assert t["bfloat16"] == 0.005
+    assert any("could not store the CPU dtype benchmark" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_real_matmul_benchmark_times_both_dtypes() -> None:
+    t = dtypes._time_linear(n=64, k=64, m=64, repeats=2)
+    assert set(t) == {"float32", "bfloat16"}
+    assert all(0 < v < 5 for v in t.values())
 
 
 def test_encoder_records_resolved_dtype(tiny_llama, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001

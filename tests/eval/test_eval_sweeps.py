@@ -33,7 +33,7 @@ needs_scifact = pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="../shared
 def _bf16_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run's identity holds the dtype ``auto`` resolves to: pin the probe so these file
     checks read the same on every CPU."""
-    monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr("htp_retrieval.dtypes.cpu_prefers_bf16", lambda: True)
 
 
 COST_KEYS = ("encode_seconds", "cpu_seconds", "tokens_per_second", "peak_memory_bytes",
@@ -285,7 +285,7 @@ def test_result_file_follows_the_resolved_dtype(tiny_dir,  # noqa: ANN001
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     point = RunPoint(get_method("vanilla-mean"), 512)
     fp32 = _planned(tiny_dir, point, dtype="float32")
-    monkeypatch.setattr("htp_retrieval.dtypes.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("htp_retrieval.dtypes.cpu_prefers_bf16", lambda: False)
     assert _planned(tiny_dir, point, device="cpu") == fp32  # auto on an AVX2-only CPU
     bf16 = _planned(tiny_dir, point, device="cpu", dtype="bfloat16")
     assert bf16[1] != fp32[1] and bf16[0]["dtype"] == "bfloat16"
