@@ -124,9 +124,9 @@ def _time_linear(n: int = 512, k: int = 1024, m: int = 2048, repeats: int = 5) -
 def cpu_matmul_seconds(cache: str | Path | None = None) -> dict[str, Any]:
     """This CPU's fp32 and bf16 matrix-product times, measured once per machine.
 
-    Keyed by the CPU model name, a digest of its feature flags, torch version, torch CPU capability and thread count; a
-    stored entry for the same key is reused, any other key is measured (0.1-0.5 s) and
-    added. Delete the file to measure again.
+    Keyed by the CPU model name, a digest of its feature flags, the torch version, torch's
+    CPU capability and the thread count; a stored entry for the same key is reused, any
+    other key is measured (0.1-0.5 s) and added. Delete the file to measure again.
 
     Args:
         cache: The JSON file (default ``<cache_dir>/cpu-dtype.json``). An unwritable file
