@@ -479,11 +479,30 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             if synthetic is not None:
                 res.query_meta = synthetic_query_meta(data)
             res.config.update(variant=name, variant_spec=spec, command=_command())
+            res.run = _ablation_run(enc, qenc, args, synthetic)
+            res.label = name
             res.save(path)
         rows.append((name, res))
         print(f"[{name}] NDCG@10 {res.scores['NDCG@10']:.2f}", file=sys.stderr)
     print(ablation_table(rows))
     return 0
+
+
+def _ablation_run(enc: Any, qenc: Any, args: argparse.Namespace,
+                  synthetic: tuple[str, int] | None) -> dict[str, Any]:
+    """The run identity of one ablation variant (:func:`htp_retrieval.eval.naming.run_identity`),
+    as ``eval`` records it: model, dtype, padding side, resolved config, data settings."""
+    from htp_retrieval.config import HTPConfig
+    from htp_retrieval.eval.naming import data_settings, run_identity
+
+    rec = enc.record()
+    data = data_settings(max_queries=args.max_queries, max_docs=args.max_docs, seed=args.seed,
+                         context_length=synthetic[1] if synthetic is not None else None)
+    return run_identity(model=rec["model"], dtype=rec["dtype"],
+                        padding_side=rec.get("padding_side", "right"),
+                        config=HTPConfig.from_record(rec), data=data,
+                        query_config=(HTPConfig.from_record(qenc.record())
+                                      if qenc is not None else None))
 
 
 @dataclass

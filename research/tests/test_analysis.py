@@ -112,6 +112,11 @@ def test_ablate_pairing_shares_one_corpus_encode(tiny_llama, tmp_path, capsys) -
     assert first["cost"]["resumed_chunks"] == 0
     assert paired["cost"]["resumed_chunks"] >= 1  # the corpus came from the first variant
     assert paired["config"]["query_config"]["method"] == "tp-mean"
+    # each variant records its run as eval does (the committed-results check reads it)
+    assert first["label"] == "htp" and paired["label"] == "htp-tp-queries"
+    assert first["run"]["htp_config"] == first["htp_config"]
+    assert first["run"]["data"] == {"subset": {"max_queries": 4, "max_docs": 12}, "seed": 0}
+    assert paired["run"]["query_htp_config"]["method"] == "tp-mean"
     assert "htp-tp-queries" in capsys.readouterr().out
 
 
@@ -152,6 +157,7 @@ def test_ablate_on_generated_passkey(tiny_llama, tmp_path) -> None:  # noqa: ANN
             {"n_docs": 6, "n_queries": 3, "n_qrels": 3}
         assert 1 <= counts["rank1_docs"] <= 3 and 1 <= counts["rank1_top_queries"] <= 3
         assert res["config"]["max_length"] == 64  # the context length, not --max-length
+        assert res["run"]["data"]["context_length"] == 64 and res["label"] == name
         assert 0.0 <= res["scores"]["NDCG@10"] <= 100.0
     assert json.loads((folder / "htp.json").read_text())["config"]["max_blocks"] == 32
     assert json.loads((folder / "htp-k1.json").read_text())["config"]["max_blocks"] is None  # fixed K
