@@ -1016,14 +1016,11 @@ def versions() -> dict[str, str]:
     import transformers
 
     import htp_retrieval
+    from htp_retrieval.dtypes import _cpu_model_name
 
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f
-                        if ln.startswith("model name")), cpu)
-    except OSError:  # pragma: no cover
-        pass
+    cpu = _cpu_model_name()
+    if cpu == "unknown":
+        cpu = platform.processor() or cpu
     out = {"htp_retrieval": htp_retrieval.__version__, "torch": torch.__version__,
            "transformers": transformers.__version__, "python": platform.python_version(),
            "machine": platform.machine(), "cpu": cpu, "cpu_count": str(os.cpu_count())}

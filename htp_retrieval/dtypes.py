@@ -53,16 +53,22 @@ _logged: set[tuple[str, str]] = set()
 _log_lock = threading.Lock()
 
 
-def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
-    """CPU feature flags from the first ``flags`` line of ``path`` (empty if unreadable)."""
+def _cpuinfo_field(prefixes: tuple[str, ...], path: str = "/proc/cpuinfo") -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line starting with one of ``prefixes``
+    (``None`` if there is none or the file is unreadable)."""
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(prefixes):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """CPU feature flags from the first ``flags`` line of ``path`` (empty if unreadable)."""
+    return frozenset((_cpuinfo_field(("flags", "Features"), path) or "").split())
 
 
 @lru_cache(maxsize=1)
@@ -86,15 +92,8 @@ def cpu_has_native_bf16() -> bool:
 
 
 def _cpu_model_name(path: str = "/proc/cpuinfo") -> str:
-    """The ``model name`` line of ``path`` (``unknown`` if unreadable)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    """The CPU's ``model name`` from ``path`` (``unknown`` if unreadable)."""
+    return _cpuinfo_field(("model name",), path) or "unknown"
 
 
 def _time_linear(n: int = 512, k: int = 1024, m: int = 2048, repeats: int = 5) -> dict[str, float]:
