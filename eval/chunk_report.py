@@ -50,10 +50,13 @@ def _diff(v: float | None, base: float | None) -> str:
 def format_chunk_table(records: Sequence[Any]) -> str:
     """One Markdown table of chunk-level results of one model, dataset and subset.
 
-    Columns: method, chunk embedding, NDCG@10 and Recall@10 in-corpus and in-document,
-    the NDCG@10 differences against ``naive`` chunks of the same size with
+    Columns: method (with any layers off its family preset,
+    :func:`~htp_retrieval.eval.report.method_cell`), chunk embedding, NDCG@10 and
+    Recall@10 in-corpus and in-document, the NDCG@10 differences against ``naive`` chunks of the same size with
     ``vanilla-mean`` (bold where not ahead), and encode seconds per 1,000 chunks.
     """
+    from htp_retrieval.eval.report import method_cell  # report imports this module
+
     base = {int(r.config.get("chunk_tokens") or 0): r for r in records
             if (r.method, r.config["chunking"]) == BASELINE
             and not r.config.get("chunk_overlap")}
@@ -68,7 +71,7 @@ def format_chunk_table(records: Sequence[Any]) -> str:
         same = b is r
         d_corpus = "-" if same else _diff(s.get("NDCG@10"), bs.get("NDCG@10"))
         d_doc = "-" if same else _diff(s.get("NDCG@10" + IN_DOC), bs.get("NDCG@10" + IN_DOC))
-        cells = [r.method, _label(r), f"{s.get('NDCG@10', 0):.2f}",
+        cells = [method_cell(r, ()), _label(r), f"{s.get('NDCG@10', 0):.2f}",
                  f"{s.get('Recall@10', 0):.2f}", f"{s.get('NDCG@10' + IN_DOC, 0):.2f}",
                  f"{s.get('Recall@10' + IN_DOC, 0):.2f}", d_corpus, d_doc,
                  f"{cost:,.0f}" if cost is not None else "n/a"]

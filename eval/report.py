@@ -35,7 +35,12 @@ from typing import Any
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
 from htp_retrieval.eval.naming import subset_of_run
 from htp_retrieval.methods import METHODS, MethodSpec
-from htp_retrieval.models import PACKAGED, default_long_budget, default_short_budget
+from htp_retrieval.models import (
+    PACKAGED,
+    default_long_budget,
+    default_short_budget,
+    layer_preset,
+)
 
 SCORE_ORDER: tuple[str, ...] = ("Acc@1", "NDCG@10", "Recall@100", "Spearman", "Pearson")
 """Score labels shown in tables, in this order, when a set has them."""
@@ -299,17 +304,49 @@ def varying_keys(records: Sequence[ResultRecord], *, exclude: Iterable[str] = ()
 def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
     """Config values of ``method``'s shipped defaults on ``model`` (``config["model"]``:
     the long budget may be its family's, :func:`default_long_budget_of`), for the keys a
-    spec fixes."""
+    spec fixes, and for a packaged model the layers its family preset fixes
+    (:data:`PRESET_LAYER_KEYS`)."""
     spec = METHODS.get(method)
     if spec is None:
         return {}
     long_budget = default_long_budget_of(spec, model)
     short_budget = default_short_budget(spec, _family_of(model))
-    return {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
-            "summary": spec.summary, "max_blocks": spec.max_blocks,
-            "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",
-            "long_budget": list(long_budget) if long_budget else None,
-            "short_budget": list(short_budget) if short_budget else None}
+    out = {"k": spec.sentences_per_block, "tokens_per_block": spec.tokens_per_block,
+           "summary": spec.summary, "max_blocks": spec.max_blocks,
+           "min_block_tokens": spec.min_block_tokens, "segmenter": "sentencizer",
+           "long_budget": list(long_budget) if long_budget else None,
+           "short_budget": list(short_budget) if short_budget else None}
+    family = _family_of(model)
+    if family is not None:  # a packaged model: its family preset fixes the layers
+        pre = layer_preset(family)
+        out.update(tp_start=pre.tp_start_for(spec), tp_exit=pre.tp_exit,
+                   output_layer=pre.output_layer)
+    return out
+
+
+PRESET_LAYER_KEYS = ("tp_start", "tp_exit", "output_layer")
+"""Settings a packaged model's family preset fixes (:class:`~htp_retrieval.models.LayerPreset`)."""
+
+
+def off_preset_layers(record: ResultRecord, keys: Sequence[str] = ()) -> list[str]:
+    """Layer settings of ``record`` that differ from its family preset as shipped today,
+    leaving out ``keys`` (those a table already shows as columns).
+
+    A result keeps the layers it ran with; when a family preset changes, the older results
+    of that family are marked with these settings wherever they are shown, so a row of an
+    earlier preset never reads as the shipped method.
+    """
+    defaults = _spec_defaults(record.method, record.config.get("model"))
+    return [k for k in PRESET_LAYER_KEYS
+            if k not in keys and k in defaults and key_is_relevant(record.method, k)
+            and k in record.config and record.config.get(k) != defaults[k]]
+
+
+def method_cell(record: ResultRecord, keys: Sequence[str]) -> str:
+    """``method``, plus any layer settings off its family preset (:func:`off_preset_layers`)."""
+    off = off_preset_layers(record, keys)
+    return record.method + (
+        f" ({', '.join(f'{k}={_fmt_value(record.config.get(k))}' for k in off)})" if off else "")
 
 
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
@@ -318,7 +355,8 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     Checked: every setting the method's spec fixes (the keys of :func:`_spec_defaults`,
     where the long budget may be the model family's), even where no other row of the table
     varies it, and every one of ``keys`` (the settings that vary where the record is
-    shown); only keys that matter to the method (:func:`key_is_relevant`) count. So a lone
+    shown); only keys that matter to the method (:func:`key_is_relevant`) count (a packaged
+    model's preset layers where the record has them). So a lone
     off-default row (fixed K on a subset, the method's long budget on a family with its
     own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are always
     shipped. On needle/passkey a ``max_length`` equal to the context length is the default
@@ -328,8 +366,11 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     defaults = dict(spec_defaults)
     if record.length_key == "context_length":  # needle/passkey: text cut at the context
         defaults["max_length"] = record.length
+    recorded_layers = [k for k in PRESET_LAYER_KEYS if k in record.config]
+    checked = {*keys, *(k for k in spec_defaults
+                        if k not in PRESET_LAYER_KEYS or k in recorded_layers)}
     return all(k in defaults and record.config.get(k) == defaults[k]
-               for k in {*keys, *spec_defaults} if key_is_relevant(record.method, k))
+               for k in checked if key_is_relevant(record.method, k))
 
 
 def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
@@ -337,10 +378,13 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
 
     Where settings are listed and every one of them is the method's shipped default
     (:class:`~htp_retrieval.methods.MethodSpec`), the label says so:
-    ``htp (min_block_tokens=64, default)``. Settings a spec does not fix (copy layers, exit
-    layer: they come from the model preset) leave the label unmarked.
+    ``htp (min_block_tokens=64, default)``. A packaged model's copy and exit layers
+    default to its family preset; a row whose layers differ from the preset shipped today
+    lists them even where they do not vary (:func:`off_preset_layers`), e.g.
+    ``htp (tp_start=1)``.
     """
     rel = [k for k in keys if key_is_relevant(record.method, k)]
+    rel += off_preset_layers(record, rel)
     parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in rel]
     defaults = _spec_defaults(record.method, record.config.get("model"))
     if rel and all(k in defaults and record.config.get(k) == defaults[k] for k in rel):
@@ -361,6 +405,7 @@ def plot_label(record: ResultRecord, keys: Sequence[str]) -> str:
     rel = [k for k in keys if key_is_relevant(record.method, k)]
     defaults = _spec_defaults(record.method, record.config.get("model"))
     off = [k for k in rel if k not in defaults or record.config.get(k) != defaults[k]]
+    off += off_preset_layers(record, rel)
     if off:
         parts = ", ".join(f"{k}={_fmt_value(record.config.get(k))}" for k in off)
         return f"{record.method} ({parts})"
@@ -544,7 +589,7 @@ def format_set_table(rs: ResultSet, *, baseline: str = "vanilla-mean") -> str:
         base = rs.baseline_for(r, baseline, same_run=True)
         c, bc = r.cost, (base.cost if base is not None else {})
         mem = c.get("peak_memory_bytes")
-        cells = [r.method]
+        cells = [method_cell(r, rs.keys)]
         cells += [_fmt_value(r.config.get(k)) if key_is_relevant(r.method, k) else "–"
                   for k in rs.keys]
         cells += [_fmt(r.scores.get(s), ".2f") for s in rs.scores]
@@ -1022,6 +1067,15 @@ def build_report(
                     f"{lost} of {len(shipped)} tables (main score; a difference is bold where "
                     f"{compare} does not win, in the main score or in NDCG@10):",
                     "", table, ""]
+        earlier = [rs for rs in sets
+                   if not any(r.method == compare and is_shipped(r, rs.keys) for r in rs.records)
+                   and any(r.method == compare and off_preset_layers(r, rs.keys)
+                           for r in rs.records)]
+        if earlier:
+            out += [f"{len(earlier)} tables have {compare} only with layers other than its "
+                    f"model family's preset as shipped today (an earlier preset; their rows "
+                    f"name those layers, e.g. `tp_start=1`), so they are not in the table "
+                    f"above until rerun.", ""]
         losses = [c for c in comps if round(c.diff, 2) <= 0]
         out += [f"Every {compare} row, variants included: {compare} does not beat "
                 f"{baseline} in {len(losses)} of {len(comps)} comparisons (main score of "

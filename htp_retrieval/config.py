@@ -398,7 +398,7 @@ class HTPConfig:
         }))
         out_layer = given.get("output_layer", st_output_layer)
         layers = LayerRange(
-            pick("tp_start", family.tp_start),
+            pick("tp_start", family.tp_start_for(spec)),
             pick("tp_exit", min(family.tp_exit, n_layers)),
             out_layer if out_layer is not None else pick("output_layer", family.output_layer))
         layers.exit_layer(n_layers)  # checks the window against this model

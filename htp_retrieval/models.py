@@ -103,6 +103,9 @@ class LayerPreset:
         short_budget: The family's adaptive-K short-text budget ``(S, B_S)`` (at most B_S
             blocks per document of up to S text tokens), for methods with a density cap
             (:attr:`~htp_retrieval.methods.MethodSpec.min_block_tokens`); ``None``: none.
+        hierarchical_tp_start: First copy layer for methods with ``<B-PST>`` placeholders
+            (``htp`` and its variants, paper section 3) where it differs from ``tp_start``;
+            Token Prepending and the other methods keep ``tp_start``. ``None``: ``tp_start``.
     """
 
     tp_start: int
@@ -111,6 +114,14 @@ class LayerPreset:
     source: str
     long_budget: tuple[int, int] | None = None
     short_budget: tuple[int, int] | None = None
+    hierarchical_tp_start: int | None = None
+
+    def tp_start_for(self, spec: MethodSpec) -> int:
+        """The first copy layer for ``spec``: :attr:`hierarchical_tp_start` for methods
+        with ``<B-PST>`` placeholders where the family sets one, else :attr:`tp_start`."""
+        if self.hierarchical_tp_start is not None and spec.placeholders == "hierarchical":
+            return self.hierarchical_tp_start
+        return self.tp_start
 
     def exit_layer(self, n_layers: int) -> int:
         """L', the number of decoder layers to run for a model with ``n_layers`` layers."""
@@ -138,8 +149,10 @@ LAYER_PRESETS: dict[str, LayerPreset] = {
     "qwen2": LayerPreset(1, 7, -2, "paper Table 5 (Qwen2-1.5B-Instruct); also the best window "
                          "for Qwen2.5-Coder-0.5B with block-mean summaries (research/ANALYSIS.md); "
                          "4 blocks past 1024 text tokens, chosen on needle and passkey "
-                         "documents of seed 1 (research/ANALYSIS.md section 14)",
-                         long_budget=(1024, 4)),
+                         "documents of seed 1 (research/ANALYSIS.md section 14); htp copies "
+                         "from layer 2, chosen on needle, passkey (seed 1) and SciFact train "
+                         "claims in float32 and bfloat16 (research/ANALYSIS.md section 20)",
+                         long_budget=(1024, 4), hierarchical_tp_start=2),
     "llama": LayerPreset(1, 15, -2, "calibrated for SmolLM2-135M on SciFact train claims "
                          "(research/ANALYSIS.md): copies before layers 1-14, second-to-last; one "
                          "block up to 256 text tokens, chosen on needle and passkey of seeds "

@@ -223,6 +223,19 @@ def test_seed_groups_name_the_shipped_run_and_plot_its_deltas(tmp_path: Path) ->
              committed("vanilla-mean", 2048), committed("vanilla-mean", 1024)]
     for f in files:
         shutil.copy(f, tmp_path / f.name)
+    # these runs predate the Qwen2 preset's later first copy layer for htp: not shipped
+    # as they are, shipped once their layers are today's
+    names = {name for folders in seed_groups([tmp_path]).values() for _, rows in folders
+             for name, _ in rows}
+    assert "htp (shipped)" not in names and "htp__mbt64" in names
+    from htp_retrieval.methods import METHODS
+    from htp_retrieval.models import layer_preset
+
+    for f in files[:2]:
+        rec = json.loads(f.read_text())
+        rec["config"]["tp_start"] = layer_preset("qwen2").tp_start_for(METHODS["htp"])
+        (tmp_path / f.name).write_text(json.dumps(rec))
+    files[:2] = [tmp_path / f.name for f in files[:2]]
     groups = seed_groups([tmp_path])
     names = {name for folders in groups.values() for _, rows in folders for name, _ in rows}
     assert names == {"htp (shipped)", "vanilla-mean"}

@@ -60,8 +60,12 @@ def test_for_model_resolves_family_and_method_once() -> None:
     assert smol.blocks == BlockPolicy(k=1, max_blocks=32, min_block_tokens=64,
                                       long_budget=(1024, 8), short_budget=(256, 1))
     qwen = HTPConfig.for_model(_family("qwen2", 24, 32768), "retrieval")  # alias of htp
-    assert qwen.method == "htp" and qwen.layers == LayerRange(1, 7, -2)
+    assert qwen.method == "htp" and qwen.layers == LayerRange(2, 7, -2)
     assert (qwen.blocks.long_budget, qwen.blocks.short_budget) == ((1024, 4), None)
+    # the qwen2 family starts htp's copies one layer later than Token Prepending's
+    assert HTPConfig.for_model(_family("qwen2", 24), "tp-mean").layers == LayerRange(1, 7, -2)
+    assert HTPConfig.for_model(_family("qwen2", 24), "htp-last").layers.tp_start == 2
+    assert HTPConfig.for_model(_family("qwen2", 24), "htp", tp_start=1).layers.tp_start == 1
     van = HTPConfig.for_model(_family("qwen2", 24), "vanilla-mean")
     assert van.blocks == BlockPolicy() and van.summary == "last"
     # a preset: explicit settings win over it; TP takes only its layers

@@ -352,6 +352,63 @@ def test_label_marks_the_shipped_default(tmp_path: Path) -> None:
     assert variant_label(shipped, ["tp_start"]) == "htp (tp_start=none)"  # not a spec setting
 
 
+def test_rows_of_an_earlier_family_preset_are_marked(tmp_path: Path) -> None:
+    """A packaged model's family preset fixes the copy and exit layers: a result that ran
+    with other layers (an earlier preset) names them in its table cell, label and legend
+    and is not the shipped method, even where no other row varies them."""
+    from htp_retrieval.eval.report import (
+        ResultRecord,
+        ResultSet,
+        format_set_table,
+        is_shipped,
+        plot_label,
+        variant_label,
+    )
+
+    def rec(model: str, method: str, tp_start: int, tp_exit: int = 7) -> ResultRecord:
+        cfg = {"model": model, "method": method, "k": 1, "summary": "mean", "max_blocks": 32,
+               "min_block_tokens": 64, "long_budget": [1024, 4], "short_budget": None,
+               "segmenter": "sentencizer", "tokens_per_block": 32, "tp_start": tp_start,
+               "tp_exit": tp_exit, "output_layer": -2}
+        if method != "htp":
+            cfg.update(summary="last", max_blocks=None, min_block_tokens=None,
+                       long_budget=None)
+        return ResultRecord(path=Path(f"{method}{tp_start}.json"), dataset="needle",
+                            split="test", config=cfg, scores={"NDCG@10": 1.0})
+
+    qwen = "qwen2.5-coder-0.5b-instruct"
+    earlier, today = rec(qwen, "htp", 1), rec(qwen, "htp", 2)
+    assert variant_label(earlier, []) == plot_label(earlier, []) == "htp (tp_start=1)"
+    assert variant_label(today, []) == "htp" and is_shipped(today, [])
+    assert not is_shipped(earlier, [])
+    # Token Prepending keeps the family's first copy layer; vanilla has no copies
+    assert variant_label(rec(qwen, "tp-mean", 1), []) == "tp-mean"
+    assert is_shipped(rec(qwen, "tp-mean", 1), [])
+    assert not is_shipped(rec(qwen, "tp-mean", 2), [])
+    assert variant_label(rec(qwen, "vanilla-mean", 1), []) == "vanilla-mean"
+    # another family's preset is its own (SmolLM2: copies before layers 1-14)
+    assert variant_label(rec("smollm2-135m-instruct", "htp", 1, 15), []) == "htp"
+    assert variant_label(rec("smollm2-135m-instruct", "htp", 1), []) == "htp (tp_exit=7)"
+    # where the table already has the column, the cell does not repeat it
+    rs = ResultSet(model=qwen, dataset="needle", split="test", subset=None, length=256,
+                   length_key="context_length", records=[earlier, today], keys=[])
+    cells = [line.split(" | ")[0].strip("| ") for line in
+             format_set_table(rs).splitlines()[2:]]
+    assert cells == ["htp (tp_start=1)", "htp"]
+    rs.keys = ["tp_start"]
+    assert [line.split(" | ")[0].strip("| ") for line in
+            format_set_table(rs).splitlines()[2:]] == ["htp", "htp"]
+    assert variant_label(earlier, ["tp_start"]) == "htp (tp_start=1)"
+    assert variant_label(today, ["tp_start"]) == "htp (tp_start=2, default)"
+    # the report leaves the earlier preset out of its shipped table and says so
+    for r in (earlier, rec(qwen, "vanilla-mean", 1)):
+        (tmp_path / r.path.name).write_text(json.dumps(
+            {"dataset": r.dataset, "split": r.split, "scores": r.scores, "config": r.config}))
+    md = build_report([tmp_path], plots=False).markdown
+    assert "1 tables have htp only with layers other than its model family's preset" in md
+    assert "htp (tp_start=1) 1.00 vs vanilla-mean 1.00" in md
+
+
 def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
     """Needle/passkey runs of several ``--seed`` values are labelled by seed, not by the
     whole generator record."""
