@@ -117,6 +117,9 @@ def test_cli_writes_only_unchanged_checks_and_the_report_shows_the_default(
     monkeypatch.setitem(models.LAYER_PRESETS, "llama",
                         replace(models.LAYER_PRESETS["llama"], short_budget=(256, 1)))
     raw["config"]["model"] = "smollm2-135m-instruct"  # a packaged name gives the family
+    pre = models.LAYER_PRESETS["llama"]  # and its layers (the tiny model ran others)
+    raw["config"].update(tp_start=pre.tp_start, tp_exit=pre.tp_exit,
+                         output_layer=pre.output_layer)
     checked, unchecked = tmp_path / "checked.json", tmp_path / "unchecked.json"
     checked.write_text(json.dumps(raw))
     before = {**raw, "config": {**raw["config"], "short_budget": None}}
