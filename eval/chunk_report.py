@@ -52,8 +52,9 @@ def format_chunk_table(records: Sequence[Any]) -> str:
 
     Columns: method (with any layers off its family preset,
     :func:`~htp_retrieval.eval.report.method_cell`), chunk embedding, NDCG@10 and
-    Recall@10 in-corpus and in-document, the NDCG@10 differences against ``naive`` chunks of the same size with
-    ``vanilla-mean`` (bold where not ahead), and encode seconds per 1,000 chunks.
+    Recall@10 in-corpus and in-document, the NDCG@10 differences against ``naive`` chunks
+    of the same size with ``vanilla-mean`` (bold where not ahead), and encode seconds per
+    1,000 chunks.
     """
     from htp_retrieval.eval.report import method_cell  # report imports this module
 

@@ -342,11 +342,15 @@ def off_preset_layers(record: ResultRecord, keys: Sequence[str] = ()) -> list[st
             and k in record.config and record.config.get(k) != defaults[k]]
 
 
+def _settings(record: ResultRecord, keys: Sequence[str]) -> list[str]:
+    """``key=value`` of each of ``keys`` in ``record``'s config, as labels show them."""
+    return [f"{k}={_fmt_value(record.config.get(k))}" for k in keys]
+
+
 def method_cell(record: ResultRecord, keys: Sequence[str]) -> str:
     """``method``, plus any layer settings off its family preset (:func:`off_preset_layers`)."""
-    off = off_preset_layers(record, keys)
-    return record.method + (
-        f" ({', '.join(f'{k}={_fmt_value(record.config.get(k))}' for k in off)})" if off else "")
+    off = _settings(record, off_preset_layers(record, keys))
+    return record.method + (f" ({', '.join(off)})" if off else "")
 
 
 def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
@@ -366,9 +370,8 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     defaults = dict(spec_defaults)
     if record.length_key == "context_length":  # needle/passkey: text cut at the context
         defaults["max_length"] = record.length
-    recorded_layers = [k for k in PRESET_LAYER_KEYS if k in record.config]
     checked = {*keys, *(k for k in spec_defaults
-                        if k not in PRESET_LAYER_KEYS or k in recorded_layers)}
+                        if k not in PRESET_LAYER_KEYS or k in record.config)}
     return all(k in defaults and record.config.get(k) == defaults[k]
                for k in checked if key_is_relevant(record.method, k))
 
@@ -385,7 +388,7 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
     """
     rel = [k for k in keys if key_is_relevant(record.method, k)]
     rel += off_preset_layers(record, rel)
-    parts = [f"{k}={_fmt_value(record.config.get(k))}" for k in rel]
+    parts = _settings(record, rel)
     defaults = _spec_defaults(record.method, record.config.get("model"))
     if rel and all(k in defaults and record.config.get(k) == defaults[k] for k in rel):
         parts.append("default")
@@ -407,7 +410,7 @@ def plot_label(record: ResultRecord, keys: Sequence[str]) -> str:
     off = [k for k in rel if k not in defaults or record.config.get(k) != defaults[k]]
     off += off_preset_layers(record, rel)
     if off:
-        parts = ", ".join(f"{k}={_fmt_value(record.config.get(k))}" for k in off)
+        parts = ", ".join(_settings(record, off))
         return f"{record.method} ({parts})"
     return record.method + (" (shipped)" if rel and is_shipped(record, keys) else "")
 
