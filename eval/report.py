@@ -27,12 +27,15 @@ import math
 import os
 import re
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
+from htp_retrieval.eval.dtype_report import format_dtype_table
 from htp_retrieval.eval.naming import subset_of_run
 from htp_retrieval.methods import METHODS, MethodSpec
 from htp_retrieval.models import (
@@ -327,6 +330,11 @@ def _spec_defaults(method: str, model: object = None) -> dict[str, Any]:
 PRESET_LAYER_KEYS = ("tp_start", "tp_exit", "output_layer")
 """Settings a packaged model's family preset fixes (:class:`~htp_retrieval.models.LayerPreset`)."""
 
+DEVICE_CHOSEN_KEYS = ("dtype",)
+"""Settings whose shipped default (``dtype="auto"``) picks a value per device
+(:func:`htp_retrieval.dtypes.resolve_dtype`): every recorded value is the default on some
+device, so they never make a row off-default; tables still show them where they vary."""
+
 
 def off_preset_layers(record: ResultRecord, keys: Sequence[str] = ()) -> list[str]:
     """Layer settings of ``record`` that differ from its family preset as shipped today,
@@ -364,7 +372,8 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     off-default row (fixed K on a subset, the method's long budget on a family with its
     own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are always
     shipped. On needle/passkey a ``max_length`` equal to the context length is the default
-    too.
+    too. Settings ``dtype="auto"`` picks per device (:data:`DEVICE_CHOSEN_KEYS`) never
+    count against a row.
     """
     spec_defaults = _spec_defaults(record.method, record.config.get("model"))
     defaults = dict(spec_defaults)
@@ -372,6 +381,7 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
         defaults["max_length"] = record.length
     checked = {*keys, *(k for k in spec_defaults
                         if k not in PRESET_LAYER_KEYS or k in record.config)}
+    checked -= set(DEVICE_CHOSEN_KEYS)
     return all(k in defaults and record.config.get(k) == defaults[k]
                for k in checked if key_is_relevant(record.method, k))
 
@@ -390,29 +400,52 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
     rel += off_preset_layers(record, rel)
     parts = _settings(record, rel)
     defaults = _spec_defaults(record.method, record.config.get("model"))
-    if rel and all(k in defaults and record.config.get(k) == defaults[k] for k in rel):
+    fixed = [k for k in rel if k not in DEVICE_CHOSEN_KEYS]
+    if fixed and all(k in defaults and record.config.get(k) == defaults[k] for k in fixed):
         parts.append("default")
     return record.method + (f" ({', '.join(parts)})" if parts else "")
 
 
-def plot_label(record: ResultRecord, keys: Sequence[str]) -> str:
+def usual_device_values(records: Sequence[ResultRecord]) -> dict[str, Any]:
+    """The most common value of each of :data:`DEVICE_CHOSEN_KEYS` among ``records`` (ties:
+    the first in sorted order), for :func:`plot_label`'s ``usual``."""
+    out: dict[str, Any] = {}
+    for k in DEVICE_CHOSEN_KEYS:
+        counts = Counter(json.dumps(r.config.get(k)) for r in records if k in r.config)
+        if counts:
+            out[k] = json.loads(min(counts, key=lambda v: (-counts[v], v)))
+    return out
+
+
+def plot_label(record: ResultRecord, keys: Sequence[str], *,
+               usual: Mapping[str, Any] | None = None) -> str:
     """A short legend label: ``method`` plus only those of its relevant ``keys`` that are
     off the method's shipped default, e.g. ``htp (short_budget=none)``.
 
     Where none is off, the label is ``method (shipped)`` if the record runs the shipped
     settings (:func:`is_shipped`) and some setting varies in the plot, else ``method``.
-    Two records that :func:`variant_label` tells apart get different plot labels (they
-    differ in some listed key, so at least one of them is off its default there), so a
-    plot's colours and legend stay one per variant with a fraction of the text.
+    A setting the device picks (:data:`DEVICE_CHOSEN_KEYS`, the dtype) has no single default:
+    it is listed where it differs from ``usual`` (the plot's most common value,
+    :func:`usual_device_values`; ``None``: always listed), e.g. ``htp (dtype=float32,
+    shipped)``. Two records that :func:`variant_label` tells apart get different plot
+    labels (they differ in some listed key, so at least one of them is off its default or
+    the usual value there), so a plot's colours and legend stay one per variant with a
+    fraction of the text.
     """
     rel = [k for k in keys if key_is_relevant(record.method, k)]
     defaults = _spec_defaults(record.method, record.config.get("model"))
-    off = [k for k in rel if k not in defaults or record.config.get(k) != defaults[k]]
+    dev = [k for k in rel if k in DEVICE_CHOSEN_KEYS
+           and (usual is None or k not in usual or record.config.get(k) != usual[k])]
+    off = [k for k in rel if k not in DEVICE_CHOSEN_KEYS
+           and (k not in defaults or record.config.get(k) != defaults[k])]
     off += off_preset_layers(record, rel)
-    if off:
-        parts = ", ".join(_settings(record, off))
-        return f"{record.method} ({parts})"
-    return record.method + (" (shipped)" if rel and is_shipped(record, keys) else "")
+    shipped = any(k not in DEVICE_CHOSEN_KEYS for k in rel) and is_shipped(record, keys)
+    if off or dev:
+        parts = _settings(record, dev + off)
+        if not off and shipped:
+            parts.append("shipped")
+        return f"{record.method} ({', '.join(parts)})"
+    return record.method + (" (shipped)" if shipped else "")
 
 
 def _row_sort_key(r: ResultRecord, keys: Sequence[str]) -> tuple:
@@ -618,6 +651,9 @@ class Comparison:
     ndcg: tuple[float, float] | None = None
     """``(compared, baseline)`` NDCG@10 where the main score is another metric and both
     rows have it (needle/passkey report Acc@1 first)."""
+    dtype: str | None = None
+    """The compared row's weight dtype (``config["dtype"]``); its baseline has the same one
+    where the set has it (:meth:`ResultSet.baseline_for`)."""
 
     @property
     def diff(self) -> float:
@@ -651,7 +687,8 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
             if score != "NDCG@10" and "NDCG@10" in r.scores and "NDCG@10" in base.scores:
                 ndcg = (r.scores["NDCG@10"], base.scores["NDCG@10"])
             out.append(Comparison(rs, variant_label(r, rs.keys), score, r.scores[score],
-                                  base.scores[score], is_shipped(r, rs.keys), ndcg))
+                                  base.scores[score], is_shipped(r, rs.keys), ndcg,
+                                  r.config.get("dtype")))
     return out
 
 
@@ -662,14 +699,16 @@ def _signed_cell(d: float) -> str:
 
 def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline: str
                          ) -> str | None:
-    """One row per table where ``compare`` ran with its shipped settings: model, data,
-    length, both main scores and the difference (and the NDCG@10 difference where the main
-    score is another metric). ``None`` if there is no such row."""
+    """One row per table (and dtype) where ``compare`` ran with its shipped settings: model,
+    data, length, both main scores and the difference (and the NDCG@10 difference where the
+    main score is another metric); a ``dtype`` column where the rows have more than one.
+    ``None`` if there is no such row."""
     rows = [c for c in comps if c.shipped]
     if not rows:
         return None
-    head = ["model", "data", "length", "subset", "score", compare, baseline, "Δ",
-            "Δ NDCG@10"]
+    by_dtype = len({c.dtype for c in rows}) > 1
+    head = ["model", "data", "length", "subset", *(["dtype"] if by_dtype else []), "score",
+            compare, baseline, "Δ", "Δ NDCG@10"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in rows:
         rs = c.set
@@ -682,7 +721,8 @@ def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline:
             dn = cell
         sub = "full" if rs.subset is None else f"`{rs.subset.tag}`"
         lines.append("| " + " | ".join([
-            rs.model, f"{rs.dataset} ({rs.split})", str(rs.length or "n/a"), sub, c.score,
+            rs.model, f"{rs.dataset} ({rs.split})", str(rs.length or "n/a"), sub,
+            *([str(c.dtype)] if by_dtype else []), c.score,
             f"{c.value:.2f}", f"{c.base_value:.2f}", cell, dn]) + " |")
     return "\n".join(lines)
 
@@ -732,7 +772,9 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     main = (rs0.main_score or "") if rs0 else ""
     panels = [main] + (["NDCG@10"] if main != "NDCG@10" and any(
         "NDCG@10" in r.scores for rs in sets for r in rs.records) else [])
-    series_of = {score: _length_series(sets, score=score, label=plot_label)
+    label_of = partial(plot_label, usual=usual_device_values(
+        [r for rs in sets for r in rs.records]))
+    series_of = {score: _length_series(sets, score=score, label=label_of)
                  for score in panels}
     series = series_of[main]
     lengths = sorted({x for pts in series.values() for x, _ in pts})
@@ -742,7 +784,7 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     from matplotlib import colormaps
 
     labels = list(dict.fromkeys(lb for sc in panels for lb in series_of[sc]))
-    shipped = _shipped_labels(sets, label=plot_label)
+    shipped = _shipped_labels(sets, label=label_of)
     # shipped settings (one per method, at most 10) take tab10's colours, ablations tab20b's,
     # so no two solid lines share a colour however many variants there are
     solid = [lb for lb in labels if lb in shipped]
@@ -819,6 +861,7 @@ def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
     NDCG@10 where the main score is another (needle/passkey: Acc@1), as the paper's table
     and the quality targets are in NDCG@10. ``None`` unless some method has 2+ K values."""
     other = [k for k in rs.keys if k != "k"]
+    usual = usual_device_values(rs.records)
     scores = [rs.main_score]
     if rs.main_score != "NDCG@10" and any("NDCG@10" in r.scores for r in rs.records):
         scores.append("NDCG@10")
@@ -831,10 +874,10 @@ def plot_k_ablation(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
             if score not in r.scores:
                 continue
             if key_is_relevant(r.method, "k") and _is_number(r.config.get("k")):
-                lines.setdefault(plot_label(r, other), []).append(
+                lines.setdefault(plot_label(r, other, usual=usual), []).append(
                     (int(r.config["k"]), r.scores[score]))
             elif r.method == baseline or not any(key_is_relevant(r.method, k) for k in other):
-                flat.setdefault(plot_label(r, other), r.scores[score])
+                flat.setdefault(plot_label(r, other, usual=usual), r.scores[score])
         return {k: v for k, v in lines.items() if len({x for x, _ in v}) >= 2}, flat
 
     panels = [(score, *series(score)) for score in scores]
@@ -876,7 +919,8 @@ def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
                else f"tokens, N={_fmt_value(r.config.get('tokens_per_block'))}")
         extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
         # wrapped, so labels listing several variant keys stay inside the figure
-        label = textwrap.fill(plot_label(r, extra), width=26)
+        label = textwrap.fill(plot_label(r, extra, usual=usual_device_values(rs.records)),
+                              width=26)
         bars.append((f"{label}\n{tag}", r.scores[score]))
     if kinds != {"sentence", "tokens"}:
         return None
@@ -904,6 +948,7 @@ def _cost_rows(sets: Sequence[ResultSet], baseline: str
                ) -> tuple[list[str], list[int | None], dict[tuple[str, int | None], tuple]]:
     recs = [r for rs in sets for r in rs.records]
     keys = varying_keys(recs, exclude=["context_length", "max_length"])
+    usual = usual_device_values(recs)
     labels: list[str] = []
     lengths: list[int | None] = []
     vals: dict[tuple[str, int | None], tuple] = {}
@@ -916,7 +961,7 @@ def _cost_rows(sets: Sequence[ResultSet], baseline: str
             m = _ratio(r.cost.get("peak_memory_bytes"), base.cost.get("peak_memory_bytes"))
             if t == "n/a" and m == "n/a":
                 continue
-            label = plot_label(r, keys)
+            label = plot_label(r, keys, usual=usual)
             if label not in labels:
                 labels.append(label)
             if rs.length not in lengths:
@@ -1066,10 +1111,21 @@ def build_report(
         table = format_shipped_table(comps, compare=compare, baseline=baseline)
         if table:
             lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)
+            unit = ("rows, one per table and dtype" if len({c.dtype for c in shipped}) > 1
+                    else "tables")
             out += [f"With its shipped settings, {compare} does not beat {baseline} in "
-                    f"{lost} of {len(shipped)} tables (main score; a difference is bold where "
+                    f"{lost} of {len(shipped)} {unit} (main score; a difference is bold where "
                     f"{compare} does not win, in the main score or in NDCG@10):",
                     "", table, ""]
+        by_dtype = format_dtype_table(comps, compare=compare, baseline=baseline)
+        if by_dtype:
+            out += [f"### {compare} minus {baseline} by dtype", "",
+                    f"`dtype=\"auto\"` picks float32 on a CPU without native bf16 matrix "
+                    f"instructions and bfloat16 on a CPU with them and on CUDA, so a user "
+                    f"gets one of these columns. Each cell: {compare} / {baseline} on the "
+                    f"table's main score, and the difference (bold where {compare} does not "
+                    f"win); shipped settings only; `not run` where that dtype has no shipped "
+                    f"{compare} row with its {baseline}.", "", by_dtype, ""]
         earlier = [rs for rs in sets
                    if not any(r.method == compare and is_shipped(r, rs.keys) for r in rs.records)
                    and any(r.method == compare and off_preset_layers(r, rs.keys)

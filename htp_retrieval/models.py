@@ -158,7 +158,10 @@ LAYER_PRESETS: dict[str, LayerPreset] = {
                          "block up to 256 text tokens, chosen on needle and passkey of seeds "
                          "1, 5, 6 (research/ANALYSIS.md section 16)",
                          short_budget=(256, 1)),
-    "gemma3_text": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),
+    "gemma3_text": LayerPreset(1, 4, -2, "copies before layers 1-3, chosen for gemma-3-270m "
+                               "(18 layers) on needle and passkey documents of seed 1 and "
+                               "SciFact train claims (research/ANALYSIS.md section 21); the "
+                               "Gemma-2 preset's layers 1-5 before that"),
     "gemma3": LayerPreset(1, 6, -2, "Gemma-2 preset carried over"),
 }
 FALLBACK_PRESET = LayerPreset(1, 7, -2, "generic default (TP layers 1-6, second-to-last)")

@@ -66,6 +66,9 @@ def test_for_model_resolves_family_and_method_once() -> None:
     assert HTPConfig.for_model(_family("qwen2", 24), "tp-mean").layers == LayerRange(1, 7, -2)
     assert HTPConfig.for_model(_family("qwen2", 24), "htp-last").layers.tp_start == 2
     assert HTPConfig.for_model(_family("qwen2", 24), "htp", tp_start=1).layers.tp_start == 1
+    # Gemma-3 (text) copies before layers 1-3 (research/ANALYSIS.md section 21)
+    gem = HTPConfig.for_model(_family("gemma3_text", 18), "htp")
+    assert gem.layers == LayerRange(1, 4, -2) and gem.blocks.short_budget is None
     van = HTPConfig.for_model(_family("qwen2", 24), "vanilla-mean")
     assert van.blocks == BlockPolicy() and van.summary == "last"
     # a preset: explicit settings win over it; TP takes only its layers

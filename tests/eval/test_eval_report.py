@@ -19,7 +19,7 @@ import torch
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.naming import data_settings, run_identity
-from htp_retrieval.eval.report import build_report, load_results
+from htp_retrieval.eval.report import ResultRecord, build_report, load_results
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval, versions
 
 SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
@@ -407,6 +407,67 @@ def test_rows_of_an_earlier_family_preset_are_marked(tmp_path: Path) -> None:
     md = build_report([tmp_path], plots=False).markdown
     assert "1 tables have htp only with layers other than its model family's preset" in md
     assert "htp (tp_start=1) 1.00 vs vanilla-mean 1.00" in md
+
+
+def test_dtype_is_a_device_choice_and_the_report_puts_dtypes_side_by_side(
+        tmp_path: Path) -> None:
+    """``dtype="auto"`` picks float32 or bfloat16 per device, so neither makes a row
+    off-default; each htp row meets the vanilla-mean of its own dtype; the shipped table
+    gains a dtype column and the report a table with one column per dtype, `not run` where a
+    dtype is missing, and a count of losses per dtype."""
+    from htp_retrieval.eval.report import comparisons, group_results, is_shipped, variant_label
+
+    smol = "smollm2-135m-instruct"
+
+    def rec(method: str, dtype: str, acc: float, ndcg: float, length: int = 256,
+            min_block_tokens: int = 64) -> ResultRecord:
+        cfg = {"model": smol, "method": method, "dtype": dtype, "context_length": length,
+               "max_length": length, "k": 1, "summary": "mean", "max_blocks": 32,
+               "min_block_tokens": min_block_tokens, "long_budget": [1024, 8],
+               "short_budget": [256, 1], "segmenter": "sentencizer", "tokens_per_block": 32,
+               "tp_start": 1, "tp_exit": 15, "output_layer": -2}
+        return ResultRecord(path=Path(f"{method}-{dtype}-{length}-{min_block_tokens}.json"),
+                            dataset="needle", split="test", config=cfg,
+                            scores={"Acc@1": acc, "NDCG@10": ndcg})
+
+    recs = [rec("vanilla-mean", "float32", 28.0, 59.7), rec("htp", "float32", 50.0, 72.8),
+            rec("vanilla-mean", "bfloat16", 30.0, 58.0), rec("htp", "bfloat16", 26.0, 60.0),
+            rec("htp", "bfloat16", 40.0, 65.0, min_block_tokens=0),
+            rec("vanilla-mean", "bfloat16", 10.0, 20.0, length=512),
+            rec("htp", "bfloat16", 12.0, 21.0, length=512)]
+    sets = group_results(recs)
+    assert sets[0].keys == ["dtype", "min_block_tokens"]
+    htp32 = recs[1]
+    assert is_shipped(htp32, sets[0].keys)
+    assert variant_label(htp32, sets[0].keys) == "htp (dtype=float32, min_block_tokens=64, default)"
+    # plot legends name the dtype only where it is not the plot's usual one
+    from htp_retrieval.eval.report import plot_label, usual_device_values
+    usual = usual_device_values(recs)
+    assert usual == {"dtype": "bfloat16"}
+    assert plot_label(htp32, sets[0].keys, usual=usual) == "htp (dtype=float32, shipped)"
+    assert plot_label(recs[3], sets[0].keys, usual=usual) == "htp (shipped)"
+    assert plot_label(recs[0], sets[0].keys, usual=usual) == "vanilla-mean (dtype=float32)"
+    assert plot_label(recs[2], sets[0].keys, usual=usual) == "vanilla-mean"
+    assert plot_label(recs[2], sets[0].keys) == "vanilla-mean (dtype=bfloat16)"
+    comps = comparisons(sets)
+    assert {(c.dtype, c.base_value) for c in comps if c.shipped} == {
+        ("float32", 28.0), ("bfloat16", 30.0), ("bfloat16", 10.0)}
+    for r in recs:
+        (tmp_path / r.path.name).write_text(json.dumps(
+            {"dataset": r.dataset, "split": r.split, "scores": r.scores, "config": r.config}))
+    md = build_report([tmp_path], plots=False).markdown
+    shipped = _table_rows(md, "| model | data | length | subset | dtype |")
+    assert [(r["dtype"], r["Δ"]) for r in shipped] == [
+        ("bfloat16", "**-4.00**"), ("float32", "+22.00"), ("bfloat16", "+2.00")]
+    assert "does not beat vanilla-mean in 1 of 3 rows, one per table and dtype (main" in md
+    assert "### htp minus vanilla-mean by dtype" in md
+    by_dtype = _table_rows(md, "| model | data | length | subset | score | float32:")
+    assert [list(r.values())[5:] for r in by_dtype] == [
+        ["50.00 / 28.00", "+22.00 (NDCG@10 +13.10)", "26.00 / 30.00",
+         "**-4.00** (NDCG@10 +2.00)"],
+        ["not run", "", "12.00 / 10.00", "+2.00 (NDCG@10 +1.00)"]]
+    assert ("float32: htp does not beat vanilla-mean in 0 of 1 tables; bfloat16: htp does "
+            "not beat vanilla-mean in 1 of 2 tables (main score).") in md
 
 
 def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
