@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from htp_retrieval.eval.report import Comparison
+    from htp_retrieval.eval.report import Comparison, ResultSet
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 """The dtypes compared, in column order (what ``dtype="auto"`` picks on CPUs)."""
@@ -34,11 +34,11 @@ def _cell(c: Comparison | None) -> tuple[str, str]:
 
 
 def dtype_table_rows(comps: Sequence[Comparison], dtypes: Sequence[str] = DTYPES
-                     ) -> list[tuple[object, dict[str, Comparison]]]:
+                     ) -> list[tuple[ResultSet, dict[str, Comparison]]]:
     """Shipped comparisons grouped by table: ``[(ResultSet, {dtype: Comparison})]`` in the
     order the sets first appear, keeping tables with a shipped row in at least one of
     ``dtypes`` (the first such row per dtype)."""
-    rows: dict[int, tuple[object, dict[str, Comparison]]] = {}
+    rows: dict[int, tuple[ResultSet, dict[str, Comparison]]] = {}
     for c in comps:
         if not c.shipped or c.dtype not in dtypes:
             continue
