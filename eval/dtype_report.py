@@ -20,13 +20,17 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 """The dtypes compared, in column order (what ``dtype="auto"`` picks on CPUs)."""
 
 
+def signed_cell(d: float) -> str:
+    """A signed difference in points, bold unless it is positive (a loss or a tie)."""
+    return f"{d:+.2f}" if d > 0 else f"**{d:+.2f}**"
+
+
 def _cell(c: Comparison | None) -> tuple[str, str]:
     """``(scores, Δ)`` cells: ``"50.00 / 28.00"`` and ``"+22.00"`` (bold unless ahead), with
     the NDCG@10 difference in brackets where the main score is another metric."""
     if c is None:
         return "not run", ""
-    d = round(c.diff, 2) + 0.0
-    delta = f"{d:+.2f}" if d > 0 else f"**{d:+.2f}**"
+    delta = signed_cell(round(c.diff, 2) + 0.0)
     if c.ndcg is not None:
         dn = round(c.ndcg[0] - c.ndcg[1], 2) + 0.0
         delta += f" (NDCG@10 {dn:+.2f})"
@@ -86,4 +90,4 @@ def format_dtype_table(comps: Sequence[Comparison], *, compare: str, baseline: s
     return "\n".join(lines) + "\n\n" + "; ".join(counts) + " (main score)."
 
 
-__all__ = ["DTYPES", "dtype_table_rows", "format_dtype_table"]
+__all__ = ["DTYPES", "dtype_table_rows", "format_dtype_table", "signed_cell"]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
-from htp_retrieval.eval.dtype_report import format_dtype_table
+from htp_retrieval.eval.dtype_report import format_dtype_table, signed_cell
 from htp_retrieval.eval.naming import subset_of_run
 from htp_retrieval.methods import METHODS, MethodSpec
 from htp_retrieval.models import (
@@ -692,11 +692,6 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
     return out
 
 
-def _signed_cell(d: float) -> str:
-    """A signed difference, bold unless it is positive (a loss or a tie)."""
-    return f"{d:+.2f}" if d > 0 else f"**{d:+.2f}**"
-
-
 def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline: str
                          ) -> str | None:
     """One row per table (and dtype) where ``compare`` ran with its shipped settings: model,
@@ -713,10 +708,10 @@ def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline:
     for c in rows:
         rs = c.set
         d = round(c.diff, 2) + 0.0
-        cell = _signed_cell(d)
+        cell = signed_cell(d)
         dn = ""
         if c.ndcg is not None:
-            dn = _signed_cell(round(c.ndcg[0] - c.ndcg[1], 2) + 0.0)
+            dn = signed_cell(round(c.ndcg[0] - c.ndcg[1], 2) + 0.0)
         elif c.score == "NDCG@10":
             dn = cell
         sub = "full" if rs.subset is None else f"`{rs.subset.tag}`"
