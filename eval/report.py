@@ -758,6 +758,18 @@ def _log2_axis(ax: Any, xs: Sequence[float]) -> None:
     ax.minorticks_off()
 
 
+def series_colours(solid: Sequence[str], dashed: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """Line colours (RGBA) for a length plot: shipped settings (``solid``, one per method and
+    dtype) take tab10's colours, or tab20's when there are more than 10, and off-default
+    variants (``dashed``) tab20b's, so no two solid lines share a colour up to 20 of them."""
+    from matplotlib import colormaps
+
+    palette, size = ("tab10", 10) if len(solid) <= 10 else ("tab20", 20)
+    colour = {lb: tuple(colormaps[palette](i % size)) for i, lb in enumerate(solid)}
+    colour.update({lb: tuple(colormaps["tab20b"](i % 20)) for i, lb in enumerate(dashed)})
+    return colour
+
+
 def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     """Main score vs context length, one line per method variant (paper Fig. 5; needle and
     passkey Acc@1 per length, with a second panel of NDCG@10 where the main score is another
@@ -776,16 +788,10 @@ def plot_score_vs_length(sets: Sequence[ResultSet], path: Path) -> Path | None:
     if len(lengths) < 2 or rs0 is None:
         return None
     fig, axes = _pyplot_free_figure((11, 4.5 * len(panels)), nrows=len(panels))
-    from matplotlib import colormaps
-
     labels = list(dict.fromkeys(lb for sc in panels for lb in series_of[sc]))
     shipped = _shipped_labels(sets, label=label_of)
-    # shipped settings (one per method, at most 10) take tab10's colours, ablations tab20b's,
-    # so no two solid lines share a colour however many variants there are
-    solid = [lb for lb in labels if lb in shipped]
-    dashed = [lb for lb in labels if lb not in shipped]
-    colour = {lb: colormaps["tab10"](i % 10) for i, lb in enumerate(solid)}
-    colour.update({lb: colormaps["tab20b"](i % 20) for i, lb in enumerate(dashed)})
+    colour = series_colours([lb for lb in labels if lb in shipped],
+                            [lb for lb in labels if lb not in shipped])
     for ax, score in zip(axes, panels):
         for label, pts in series_of[score].items():
             xs, ys = zip(*sorted(pts))

@@ -1332,8 +1332,8 @@ class HTPEncoder:
                           for i, n in cut[:10])
         more = f" and {len(cut) - 10} more" if len(cut) > 10 else ""
         logger.warning(
-            "truncated %d of %d texts to max_length=%d tokens: %s%s (overflow='window' "
-            "embeds them whole)", len(cut), stats.n_texts, self.max_length, named, more,
+            "truncated %d of %d texts to max_length=%d tokens: %s%s (pass overflow='window' "
+            "to embed them whole)", len(cut), stats.n_texts, self.max_length, named, more,
             extra={_TRUNCATION_MARK: True})
 
     def _encode_texts(

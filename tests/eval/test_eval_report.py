@@ -19,7 +19,12 @@ import torch
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.naming import data_settings, run_identity
-from htp_retrieval.eval.report import ResultRecord, build_report, load_results
+from htp_retrieval.eval.report import (
+    ResultRecord,
+    build_report,
+    load_results,
+    series_colours,
+)
 from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval, versions
 
 SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))
@@ -607,3 +612,13 @@ def test_centred_scores_sit_beside_plain_ones(tmp_path: Path) -> None:
     assert [r.config["centering"] for r in rs2.records] == ["stsb-dev", "stsb-dev",
                                                              "stsb-train"]
     assert "centering" in rs2.keys
+
+
+def test_length_plot_colours_stay_distinct_past_ten_shipped_series() -> None:
+    """Two dtypes give up to one shipped series per method and dtype: more than tab10 has."""
+    for n in (3, 10, 11, 20):
+        solid = [f"method{i}" for i in range(n)]
+        colour = series_colours(solid, ["ablation a", "ablation b"])
+        assert len({colour[lb] for lb in solid}) == n
+        assert colour["ablation a"] not in {colour[lb] for lb in solid}
+
