@@ -911,6 +911,8 @@ def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
     score = rs.main_score
     bars: list[tuple[str, float]] = []
     kinds = set()
+    extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
+    usual = usual_device_values(rs.records)
     for r in rs.records:
         spec = METHODS.get(r.method)
         if spec is None or spec.placeholders != "hierarchical" or score not in r.scores:
@@ -918,10 +920,8 @@ def plot_blocks(rs: ResultSet, path: Path, *, baseline: str) -> Path | None:
         kinds.add(spec.blocks)
         tag = (f"sentences, K={_fmt_value(r.config.get('k'))}" if spec.blocks == "sentence"
                else f"tokens, N={_fmt_value(r.config.get('tokens_per_block'))}")
-        extra = [k for k in rs.keys if k not in ("k", "tokens_per_block")]
         # wrapped, so labels listing several variant keys stay inside the figure
-        label = textwrap.fill(plot_label(r, extra, usual=usual_device_values(rs.records)),
-                              width=26)
+        label = textwrap.fill(plot_label(r, extra, usual=usual), width=26)
         bars.append((f"{label}\n{tag}", r.scores[score]))
     if kinds != {"sentence", "tokens"}:
         return None
