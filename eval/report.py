@@ -1206,7 +1206,10 @@ def build_report(
 
 
 def _chunk_sections(records: Sequence[ResultRecord], pdir: Path, embed: Any) -> list[str]:
-    """The chunk-level sections: one table (and bar plot) per model, dataset and subset."""
+    """The chunk-level sections: one table (and bar plot) per model, dataset, subset and
+    weight dtype, so every row's Δ is against vanilla-mean naive chunks of its own dtype.
+    The heading names the dtype; a plot's file name carries it only where the same model,
+    dataset and subset have results in more than one dtype."""
     out = ["## Chunk-level retrieval (evidence spans)", "",
            "NDCG@10 and Recall@10 over chunks: a chunk is relevant when it overlaps an "
            "evidence span of the query; in-corpus ranks the chunks of every document, "
@@ -1216,17 +1219,22 @@ def _chunk_sections(records: Sequence[ResultRecord], pdir: Path, embed: Any) -> 
     groups: dict[tuple, list[ResultRecord]] = {}
     for r in records:
         groups.setdefault((r.model, r.dataset, r.split, r.subset,
-                           r.config.get("context_length")), []).append(r)
-    for (model, dataset, split, subset, ctx), recs in sorted(
+                           r.config.get("context_length"), str(r.config.get("dtype") or "")),
+                          []).append(r)
+    n_dtypes = Counter(k[:5] for k in groups)
+    for (model, dataset, split, subset, ctx, dtype), recs in sorted(
             groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], str(kv[0][3]),
-                                            kv[0][4] or 0)):
+                                            kv[0][4] or 0, kv[0][5])):
         at = f", context length {ctx} tokens" if ctx else ""
-        out += [f"### {model}: {dataset} ({split}{at}), {_subset_label(subset, recs)}", "",
+        out += [f"### {model}: {dataset} ({split}{at}), {_subset_label(subset, recs)}"
+                + (f", {dtype}" if dtype else ""), "",
                 "```bash", *_commands(recs), "```", "", format_chunk_table(recs), ""]
         if embed is not None:
+            two = n_dtypes[(model, dataset, split, subset, ctx)] > 1 and dtype
             stem = "__".join([_slug(model), _slug(f"{dataset}-{split}")]
                              + ([subset.tag] if subset else [])
-                             + ([f"ctx{ctx}"] if ctx else []) + ["chunks"])
+                             + ([f"ctx{ctx}"] if ctx else []) + ([dtype] if two else [])
+                             + ["chunks"])
             out += embed(plot_chunk_scores(recs, pdir / f"{stem}.png"), "chunk-level NDCG@10")
     return out
 

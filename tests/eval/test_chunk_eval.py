@@ -157,6 +157,35 @@ def test_report_has_a_chunk_section(tmp_path: Path) -> None:
     assert rep.n_tables == 1 and "2 result files, 1 tables." in md
 
 
+def test_chunk_tables_split_by_dtype_each_against_its_own_baseline(tmp_path: Path) -> None:
+    from htp_retrieval.eval.report import build_report
+    from htp_retrieval.eval.retrieval import RetrievalResult
+
+    def save(method: str, dtype: str, corpus: float) -> None:
+        RetrievalResult(
+            dataset="qmsum", split="dev",
+            config={"model": "m", "method": method, "chunking": "naive", "chunk_tokens": 256,
+                    "chunk_overlap": 0, "window_tokens": None, "dtype": dtype,
+                    "command": f"htp-retrieval eval --dtype {dtype}"},
+            scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: 30.0,
+                    "Recall@10" + IN_DOC: 2.0},
+            cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
+        ).save(tmp_path / "m" / "qmsum-dev" / f"{method}__{dtype}.json")
+
+    save("vanilla-mean", "float32", 10.0)
+    save("htp", "float32", 9.0)
+    save("vanilla-mean", "bfloat16", 20.0)
+    save("htp", "bfloat16", 23.0)
+    rep = build_report([tmp_path], output=tmp_path / "r.md", plots=True)
+    sections = rep.markdown.split("### ")[1:]
+    assert [s.splitlines()[0].rsplit(", ", 1)[1] for s in sections] == ["bfloat16", "float32"]
+    bf16, fp32 = ([line for line in s.splitlines() if line.startswith("| htp |")][0]
+                  for s in sections)
+    assert "| +3.00 |" in bf16 and "| **-1.00** |" in fp32
+    assert sorted(p.name for p in rep.plots if p.name.endswith("chunks.png")) == [
+        "m__qmsum-dev__bfloat16__chunks.png", "m__qmsum-dev__float32__chunks.png"]
+
+
 def test_needle_spans_mark_the_chunk_holding_the_needle(tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
     essays = SPANS.parents[1] / "haystack/paul_graham_essays"
     if not essays.exists():
