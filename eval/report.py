@@ -1230,10 +1230,10 @@ def _chunk_sections(records: Sequence[ResultRecord], pdir: Path, embed: Any) -> 
                 + (f", {dtype}" if dtype else ""), "",
                 "```bash", *_commands(recs), "```", "", format_chunk_table(recs), ""]
         if embed is not None:
-            two = n_dtypes[(model, dataset, split, subset, ctx)] > 1 and dtype
+            by_dtype = dtype and n_dtypes[(model, dataset, split, subset, ctx)] > 1
             stem = "__".join([_slug(model), _slug(f"{dataset}-{split}")]
                              + ([subset.tag] if subset else [])
-                             + ([f"ctx{ctx}"] if ctx else []) + ([dtype] if two else [])
+                             + ([f"ctx{ctx}"] if ctx else []) + ([dtype] if by_dtype else [])
                              + ["chunks"])
             out += embed(plot_chunk_scores(recs, pdir / f"{stem}.png"), "chunk-level NDCG@10")
     return out

@@ -131,23 +131,29 @@ def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
     assert "apply to evidence-span data" in out.stderr
 
 
-def test_report_has_a_chunk_section(tmp_path: Path) -> None:
-    from htp_retrieval.eval.report import build_report
+def _save_chunk_result(root: Path, method: str, chunking: str, corpus: float, doc: float,
+                       dtype: str | None = None) -> None:
+    """A chunk-level result of model ``m`` on qmsum dev under ``root``, as ``eval`` writes one."""
     from htp_retrieval.eval.retrieval import RetrievalResult
 
-    def save(method: str, chunking: str, corpus: float, doc: float) -> None:
-        RetrievalResult(
-            dataset="qmsum", split="dev",
-            config={"model": "m", "method": method, "chunking": chunking, "chunk_tokens": 256,
-                    "chunk_overlap": 0, "window_tokens": 8064 if chunking != "naive" else None,
-                    "command": "htp-retrieval eval ..."},
-            scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: doc,
-                    "Recall@10" + IN_DOC: 2.0},
-            cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
-        ).save(tmp_path / "m" / "qmsum-dev" / f"{method}__chunk-{chunking}256.json")
+    config = {"model": "m", "method": method, "chunking": chunking, "chunk_tokens": 256,
+              "chunk_overlap": 0, "window_tokens": 8064 if chunking != "naive" else None,
+              "command": "htp-retrieval eval" + (f" --dtype {dtype}" if dtype else " ...")}
+    if dtype:
+        config["dtype"] = dtype
+    RetrievalResult(
+        dataset="qmsum", split="dev", config=config,
+        scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: doc,
+                "Recall@10" + IN_DOC: 2.0},
+        cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
+    ).save(root / "m" / "qmsum-dev" / f"{method}__chunk-{chunking}256{dtype or ''}.json")
 
-    save("vanilla-mean", "naive", 10.0, 30.0)
-    save("htp", "late", 12.5, 29.0)
+
+def test_report_has_a_chunk_section(tmp_path: Path) -> None:
+    from htp_retrieval.eval.report import build_report
+
+    _save_chunk_result(tmp_path, "vanilla-mean", "naive", 10.0, 30.0)
+    _save_chunk_result(tmp_path, "htp", "late", 12.5, 29.0)
     rep = build_report([tmp_path], output=tmp_path / "r.md", plots=True)
     md = rep.markdown
     assert "## Chunk-level retrieval (evidence spans)" in md
@@ -159,23 +165,10 @@ def test_report_has_a_chunk_section(tmp_path: Path) -> None:
 
 def test_chunk_tables_split_by_dtype_each_against_its_own_baseline(tmp_path: Path) -> None:
     from htp_retrieval.eval.report import build_report
-    from htp_retrieval.eval.retrieval import RetrievalResult
 
-    def save(method: str, dtype: str, corpus: float) -> None:
-        RetrievalResult(
-            dataset="qmsum", split="dev",
-            config={"model": "m", "method": method, "chunking": "naive", "chunk_tokens": 256,
-                    "chunk_overlap": 0, "window_tokens": None, "dtype": dtype,
-                    "command": f"htp-retrieval eval --dtype {dtype}"},
-            scores={"NDCG@10": corpus, "Recall@10": 1.0, "NDCG@10" + IN_DOC: 30.0,
-                    "Recall@10" + IN_DOC: 2.0},
-            cost={"seconds_per_1000_chunks": 100.0}, counts={"n_docs": 2, "n_queries": 3},
-        ).save(tmp_path / "m" / "qmsum-dev" / f"{method}__{dtype}.json")
-
-    save("vanilla-mean", "float32", 10.0)
-    save("htp", "float32", 9.0)
-    save("vanilla-mean", "bfloat16", 20.0)
-    save("htp", "bfloat16", 23.0)
+    for method, dtype, corpus in (("vanilla-mean", "float32", 10.0), ("htp", "float32", 9.0),
+                                  ("vanilla-mean", "bfloat16", 20.0), ("htp", "bfloat16", 23.0)):
+        _save_chunk_result(tmp_path, method, "naive", corpus, 30.0, dtype=dtype)
     rep = build_report([tmp_path], output=tmp_path / "r.md", plots=True)
     sections = rep.markdown.split("### ")[1:]
     assert [s.splitlines()[0].rsplit(", ", 1)[1] for s in sections] == ["bfloat16", "float32"]
