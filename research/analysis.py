@@ -1,7 +1,8 @@
 """Diagnosis of HTP on a given model: sink norms, state drift, and ablation runs.
 
 The ``python -m research`` commands behind research/ANALYSIS.md (``norms | drift | ablate |
-hubs | table | seeds | compare | paired | same-layouts``), run from the repository root:
+hubs | table | seeds | compare | paired | same-layouts | weights-dtype``), run from the
+repository root:
 
 * ``norms``: per layer, the hidden-state norm of the sink (position 0), the ``<B-PST>`` and
   ``<PST>`` tokens and the copy sources, as multiples of the median text-token norm. It
@@ -20,6 +21,8 @@ hubs | table | seeds | compare | paired | same-layouts``), run from the reposito
   by needle position (:mod:`research.paired`).
 * ``same-layouts``: whether other K-policy settings give a finished run the same inputs
   (:mod:`research.layout_check`).
+* ``weights-dtype``: whether the cached bf16 weights change float32 embeddings
+  (:mod:`research.weight_dtype`).
 """
 
 from __future__ import annotations
@@ -892,7 +895,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_subcommands(asub: argparse._SubParsersAction) -> None:
-    """Register ``norms, drift, ablate, hubs, table, seeds, compare, paired, center, same-layouts`` on
+    """Register ``norms, drift, ablate, hubs, table, seeds, compare, paired, center, same-layouts,
+    weights-dtype`` on
     the ``python -m research`` subparsers."""
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -986,7 +990,9 @@ def add_subcommands(asub: argparse._SubParsersAction) -> None:
     from research.centering import add_parser as add_center
     from research.layout_check import add_parser as add_same_layouts
     from research.paired import add_parser as add_paired
+    from research.weight_dtype import add_parser as add_weights_dtype
 
     add_paired(asub)
     add_center(asub)
     add_same_layouts(asub)
+    add_weights_dtype(asub)
