@@ -6,8 +6,10 @@ same vectors after :class:`~htp_retrieval.centering.Centering`: documents (or ch
 evaluated corpus's mean, queries on the mean of a query sample a deployment could have:
 
 * ``DIR:SPLIT``: the queries of another split of a BEIR-format dataset (e.g.
-  ``../shared/data/beir/scifact:train`` for SciFact test): never the evaluated queries (an
-  overlap is an error);
+  ``../shared/data/beir/scifact:train`` for SciFact test): never the evaluated queries (a
+  sample text equal to an evaluated query is left out of the sample, with a warning, and
+  counted in the result's ``n_sample_overlap_dropped``; SciFact train repeats two test
+  claims);
 * a file: one query per line, or a BEIR ``queries.jsonl``;
 * ``crossfit``: the evaluated queries in two seeded halves, each centred on the mean of the
   other half: never a query's own statistic, but statistics of the evaluated split; use it
@@ -24,6 +26,7 @@ Why and the measured effect: docs/RAG.md (section "Centring").
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,22 +118,32 @@ def centred_vectors(q_emb: np.ndarray, d_emb: np.ndarray, sample: np.ndarray | s
 
 def embed_sample(encoder: Any, sample: Sequence[str] | str, *, instruction: str | None,
                  evaluated: Sequence[str], show_progress_bar: bool = False
-                 ) -> np.ndarray | str:
+                 ) -> tuple[np.ndarray | str, int]:
     """Query-sample vectors through the query path (``"crossfit"`` is passed through).
 
+    A sample text equal to an evaluated query is left out (it would centre that query on
+    its own statistic), with a :class:`UserWarning` naming how many.
+
+    Returns:
+        ``(vectors [n_kept, hidden] or "crossfit", n_dropped)``.
+
     Raises:
-        ValueError: if the sample holds any evaluated query (by text): it would centre a
-            query on its own statistic.
+        ValueError: if the sample holds only evaluated queries.
     """
     if isinstance(sample, str):
-        return sample
-    overlap = set(sample) & set(evaluated)
-    if overlap:
-        raise ValueError(f"the --center-queries sample holds {len(overlap)} of the evaluated "
-                         "queries: take it from another split (e.g. DIR:train), or use "
-                         "'crossfit'")
-    return encoder.encode(list(sample), instruction=instruction,
-                          show_progress_bar=show_progress_bar)
+        return sample, 0
+    evaluated_set = set(evaluated)
+    kept = [t for t in sample if t not in evaluated_set]
+    dropped = len(sample) - len(kept)
+    if not kept:
+        raise ValueError("the --center-queries sample holds only evaluated queries: take it "
+                         "from another split (e.g. DIR:train), or use 'crossfit'")
+    if dropped:
+        warnings.warn(f"the --center-queries sample holds {dropped} of the evaluated queries: "
+                      f"they are left out of it ({len(kept)} of {len(sample)} sample queries "
+                      "used)", UserWarning, stacklevel=2)
+    return encoder.encode(kept, instruction=instruction,
+                          show_progress_bar=show_progress_bar), dropped
 
 
 def add_centred(scores: dict[str, float], per_query: dict[str, dict[str, float]],
@@ -183,7 +196,7 @@ def score_centred(
         d_emb: ``[n_docs, hidden]`` document (or chunk) vectors.
         score: ``(queries, documents) -> (scores, per_query)``, the plain scoring.
         instruction: Query instruction (the sample is embedded with it).
-        evaluated: The evaluated query texts (the sample must not hold any).
+        evaluated: The evaluated query texts (left out of the sample).
         label: Name of the sample, recorded.
         seed: Seed of the cross-fitting halves.
         scores, per_query: The plain scores, updated in place (:func:`add_centred`).
@@ -195,18 +208,21 @@ def score_centred(
 
     Returns:
         The ``config["centering"]`` record: ``query_sample`` (label), ``n_sample_queries``
-        (``None`` for cross-fitting), ``n_documents``, and ``scale`` with ``qrels``.
+        (the sample queries used; ``None`` for cross-fitting), ``n_sample_overlap_dropped``
+        (sample texts left out as evaluated queries), ``n_documents``, and ``scale`` with
+        ``qrels``.
 
     Raises:
         ValueError: as :func:`embed_sample` and :func:`centred_vectors`.
     """
-    sample = embed_sample(encoder, center_queries, instruction=instruction,
-                          evaluated=evaluated, show_progress_bar=show_progress_bar)
+    sample, dropped = embed_sample(encoder, center_queries, instruction=instruction,
+                                   evaluated=evaluated, show_progress_bar=show_progress_bar)
     qc, dc = centred_vectors(q_emb, d_emb, sample, seed=seed)
     add_centred(scores, per_query, *score(qc, dc))
     record: dict[str, Any] = {
         "query_sample": label,
         "n_sample_queries": None if isinstance(sample, str) else int(len(sample)),
+        "n_sample_overlap_dropped": dropped,
         "n_documents": int(len(d_emb))}
     if qrels is not None and ids is not None:
         record["scale"] = {"plain": cosine_scale(q_emb, d_emb, *ids, qrels),

@@ -335,6 +335,11 @@ DEVICE_CHOSEN_KEYS = ("dtype",)
 (:func:`htp_retrieval.dtypes.resolve_dtype`): every recorded value is the default on some
 device, so they never make a row off-default; tables still show them where they vary."""
 
+SCORE_ONLY_KEYS = ("centering",)
+"""Settings that add scores beside the plain ones without changing the vectors
+(``eval --center-queries``, recorded as the query sample's label): they never make a row
+off-default; tables and plot labels still show them where they vary."""
+
 
 def off_preset_layers(record: ResultRecord, keys: Sequence[str] = ()) -> list[str]:
     """Layer settings of ``record`` that differ from its family preset as shipped today,
@@ -372,8 +377,8 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
     off-default row (fixed K on a subset, the method's long budget on a family with its
     own) is not the shipped htp. Methods with no such key (vanilla-mean, say) are always
     shipped. On needle/passkey a ``max_length`` equal to the context length is the default
-    too. Settings ``dtype="auto"`` picks per device (:data:`DEVICE_CHOSEN_KEYS`) never
-    count against a row.
+    too. Settings ``dtype="auto"`` picks per device (:data:`DEVICE_CHOSEN_KEYS`) and
+    settings that only add scores (:data:`SCORE_ONLY_KEYS`) never count against a row.
     """
     spec_defaults = _spec_defaults(record.method, record.config.get("model"))
     defaults = dict(spec_defaults)
@@ -381,7 +386,7 @@ def is_shipped(record: ResultRecord, keys: Sequence[str]) -> bool:
         defaults["max_length"] = record.length
     checked = {*keys, *(k for k in spec_defaults
                         if k not in PRESET_LAYER_KEYS or k in record.config)}
-    checked -= set(DEVICE_CHOSEN_KEYS)
+    checked -= {*DEVICE_CHOSEN_KEYS, *SCORE_ONLY_KEYS}
     return all(k in defaults and record.config.get(k) == defaults[k]
                for k in checked if key_is_relevant(record.method, k))
 
@@ -400,7 +405,7 @@ def variant_label(record: ResultRecord, keys: Sequence[str]) -> str:
     rel += off_preset_layers(record, rel)
     parts = _settings(record, rel)
     defaults = _spec_defaults(record.method, record.config.get("model"))
-    fixed = [k for k in rel if k not in DEVICE_CHOSEN_KEYS]
+    fixed = [k for k in rel if k not in DEVICE_CHOSEN_KEYS and k not in SCORE_ONLY_KEYS]
     if fixed and all(k in defaults and record.config.get(k) == defaults[k] for k in fixed):
         parts.append("default")
     return record.method + (f" ({', '.join(parts)})" if parts else "")
@@ -430,16 +435,19 @@ def plot_label(record: ResultRecord, keys: Sequence[str], *,
     shipped)``. Two records that :func:`variant_label` tells apart get different plot
     labels (they differ in some listed key, so at least one of them is off its default or
     the usual value there), so a plot's colours and legend stay one per variant with a
-    fraction of the text.
+    fraction of the text. A centring sample (:data:`SCORE_ONLY_KEYS`) is listed where the
+    record has one, never as off-default.
     """
     rel = [k for k in keys if key_is_relevant(record.method, k)]
     defaults = _spec_defaults(record.method, record.config.get("model"))
     dev = [k for k in rel if k in DEVICE_CHOSEN_KEYS
            and (usual is None or k not in usual or record.config.get(k) != usual[k])]
-    off = [k for k in rel if k not in DEVICE_CHOSEN_KEYS
+    dev += [k for k in rel if k in SCORE_ONLY_KEYS and record.config.get(k) is not None]
+    off = [k for k in rel if k not in DEVICE_CHOSEN_KEYS and k not in SCORE_ONLY_KEYS
            and (k not in defaults or record.config.get(k) != defaults[k])]
     off += off_preset_layers(record, rel)
-    shipped = any(k not in DEVICE_CHOSEN_KEYS for k in rel) and is_shipped(record, keys)
+    shipped = (any(k not in DEVICE_CHOSEN_KEYS and k not in SCORE_ONLY_KEYS for k in rel)
+               and is_shipped(record, keys))
     if off or dev:
         parts = _settings(record, dev + off)
         if not off and shipped:

@@ -53,7 +53,8 @@ def test_centred_scores_equal_the_centring_applied_by_hand(tiny_llama, tmp_path:
                         center_queries=sample, center_label=label)
     record = dict(res.config["centering"])
     scale = record.pop("scale")
-    assert record == {"query_sample": "toy-train", "n_sample_queries": 6, "n_documents": 6}
+    assert record == {"query_sample": "toy-train", "n_sample_queries": 6,
+                      "n_sample_overlap_dropped": 0, "n_documents": 6}
     dids, qids = list(data.corpus), list(data.queries)
     d = enc.encode([data.doc_text(i) for i in dids])
     q = enc.encode([data.queries[i] for i in qids], instruction="Find it.")
@@ -71,9 +72,19 @@ def test_centred_scores_equal_the_centring_applied_by_hand(tiny_llama, tmp_path:
                 per_query[qid][metric], abs=1e-6)
     plain = run_retrieval(enc, data, query_instruction="Find it.", show_progress_bar=False)
     assert {k: v for k, v in res.scores.items() if not k.endswith(CENTRED)} == plain.scores
-    with pytest.raises(ValueError, match="holds 6 of the evaluated queries"):
+    with pytest.raises(ValueError, match="holds only evaluated queries"):
         run_retrieval(enc, data, show_progress_bar=False,
                       center_queries=list(data.queries.values()))
+    # a sample repeating some evaluated queries (SciFact train repeats two test claims):
+    # those are left out, with a warning, and the rest centre exactly as alone
+    first = data.queries[qids[0]]
+    with pytest.warns(UserWarning, match=r"holds 1 of the evaluated queries.*6 of 7"):
+        mixed = run_retrieval(enc, data, query_instruction="Find it.", show_progress_bar=False,
+                              center_queries=[first, *sample], center_label=label)
+    assert mixed.config["centering"]["n_sample_overlap_dropped"] == 1
+    assert mixed.config["centering"]["n_sample_queries"] == 6
+    for metric in want:
+        assert mixed.scores[metric + CENTRED] == pytest.approx(res.scores[metric + CENTRED])
 
 
 def test_crossfit_centres_each_half_on_the_other() -> None:

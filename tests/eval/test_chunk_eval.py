@@ -222,7 +222,7 @@ def test_chunk_scores_centred_with_crossfit(tiny_llama, tmp_path: Path) -> None:
     record = dict(res.config["centering"])
     assert set(record.pop("scale")) == {"plain", "centred"}
     assert record == {"query_sample": "crossfit", "n_sample_queries": None,
-                      "n_documents": res.counts["n_chunks"]}
+                      "n_sample_overlap_dropped": 0, "n_documents": res.counts["n_chunks"]}
     chunks = {d: split_chunks(v["text"], tok, chunk_tokens=16, chunk_overlap=0)
               for d, v in data.beir.corpus.items()}
     dids = sorted(chunks)

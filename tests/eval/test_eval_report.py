@@ -475,6 +475,37 @@ def test_dtype_is_a_device_choice_and_the_report_puts_dtypes_side_by_side(
             "not beat vanilla-mean in 1 of 2 tables (main score).") in md
 
 
+
+def test_a_centring_sample_never_makes_a_row_off_default() -> None:
+    """``--center-queries`` adds centred scores without changing the vectors: a row with a
+    query sample is still the shipped htp, is labelled with its sample, and meets the
+    vanilla-mean of its own run."""
+    from htp_retrieval.eval.report import (comparisons, group_results, is_shipped, plot_label,
+                                           variant_label)
+
+    def rec(method: str, centering: str | None, ndcg: float) -> ResultRecord:
+        cfg = {"model": "smollm2-135m-instruct", "method": method, "dtype": "float32",
+               "max_length": 512, "k": 1, "summary": "mean", "max_blocks": 32,
+               "min_block_tokens": 64, "long_budget": [1024, 8], "short_budget": [256, 1],
+               "segmenter": "sentencizer", "tokens_per_block": 32, "tp_start": 1,
+               "tp_exit": 15, "output_layer": -2}
+        if centering:
+            cfg["centering"] = centering
+        return ResultRecord(path=Path(f"{method}-{centering}.json"), dataset="scifact",
+                            split="test", config=cfg, scores={"NDCG@10": ndcg})
+
+    recs = [rec("vanilla-mean", "scifact-train", 18.0), rec("htp", "scifact-train", 22.0),
+            rec("vanilla-mean", None, 19.0), rec("htp", None, 21.0)]
+    (rs,) = group_results(recs)
+    assert rs.keys == ["centering"]
+    assert is_shipped(recs[1], rs.keys) and is_shipped(recs[3], rs.keys)
+    assert variant_label(recs[1], rs.keys) == "htp (centering=scifact-train)"
+    # "shipped" is said where a setting that changes the vectors varies; here none does
+    assert plot_label(recs[1], rs.keys) == "htp (centering=scifact-train)"
+    assert plot_label(recs[3], rs.keys) == "htp"
+    assert {(c.value, c.base_value) for c in comparisons([rs]) if c.shipped} == {
+        (22.0, 18.0), (21.0, 19.0)}
+
 def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
     """Needle/passkey runs of several ``--seed`` values are labelled by seed, not by the
     whole generator record."""
