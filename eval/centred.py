@@ -84,6 +84,36 @@ def _beir_split(spec: str) -> tuple[str, str] | None:
     return (path, split) if path and split and Path(path).is_dir() else None
 
 
+def evaluated_texts(data: Any) -> list[str]:
+    """The texts a centring sample must not consist of, for one evaluated split: the
+    queries of a BEIR split or of an evidence-span split, the sentences of an STS split
+    (``[]`` for anything else, e.g. a synthetic task generated later)."""
+    from htp_retrieval.eval.data import BeirData
+    from htp_retrieval.eval.sts import StsData
+
+    beir = getattr(data, "beir", data)
+    if isinstance(beir, BeirData):
+        return list(beir.queries.values())
+    if isinstance(data, StsData):
+        return [*data.sentence1, *data.sentence2]
+    return []
+
+
+def check_sample(sample: Sequence[str] | str, evaluated: Sequence[str], *, spec: str,
+                 split: str) -> None:
+    """Fail before any encoding where a ``--center-queries`` sample holds only evaluated
+    texts (it would leave nothing to centre on; see :func:`embed_sample`).
+
+    Raises:
+        ValueError: naming ``spec`` and the evaluated ``split``.
+    """
+    if isinstance(sample, str) or not evaluated:
+        return
+    if set(sample) <= set(evaluated):
+        raise ValueError(f"{spec} holds only texts of the evaluated {split} split: take the "
+                         "sample from another split (e.g. DIR:train), or use 'crossfit'")
+
+
 def centred_vectors(q_emb: np.ndarray, d_emb: np.ndarray, sample: np.ndarray | str, *,
                     seed: int = 0, folds: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Queries and documents centred for scoring.

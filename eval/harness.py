@@ -627,15 +627,23 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
 
     Returns:
         The results in run order (loaded ones included).
+
+    Raises:
+        ValueError: before any model loads, for a ``--config`` that conflicts with the
+            settings, or a ``--center-queries`` sample of only evaluated texts
+            (:func:`~htp_retrieval.eval.centred.check_sample`).
     """
     if settings.config is not None:
         check_config_settings(settings)
     sample: list[str] | str | None = None
     center_label = ""
     if settings.center_queries:
-        from htp_retrieval.eval.centred import read_query_sample
+        from htp_retrieval.eval.centred import check_sample, evaluated_texts, read_query_sample
 
         sample, center_label = read_query_sample(settings.center_queries)
+        for item in items:
+            check_sample(sample, evaluated_texts(item.data), spec=settings.center_queries,
+                         split=f"{item.name} {item.split}")
     center = dict(center_queries=sample, center_label=center_label, seed=settings.seed)
     results: list[RetrievalResult] = []
     # recorded in each new result; one value per call, so that the cost ratios pair

@@ -87,10 +87,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap,
         late_window=args.late_window, config=config, center_queries=args.center_queries)
     if args.center_queries:
-        from htp_retrieval.eval.centred import read_query_sample
+        from htp_retrieval.eval.centred import check_sample, evaluated_texts, read_query_sample
 
         try:
-            read_query_sample(args.center_queries)
+            sample, _ = read_query_sample(args.center_queries)
+            for it in items:
+                check_sample(sample, evaluated_texts(it.data), spec=args.center_queries,
+                             split=f"{it.name} {it.split}")
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"htp-retrieval eval: --center-queries: {e}") from e
     if config is not None:

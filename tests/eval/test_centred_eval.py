@@ -178,3 +178,25 @@ def test_cosine_scale_separates_relevant_pairs() -> None:
     others = [0.1 / np.sqrt(1.01), 1 / np.sqrt(2), 0.1 / np.sqrt(1.01), 1 / np.sqrt(2)]
     assert k["other_mean"] == pytest.approx(np.mean(others))
     assert k["rel_above_p99"] == 1.0
+
+
+def test_a_sample_of_only_evaluated_queries_fails_before_any_encoding(
+        tmp_path: Path) -> None:
+    """``--center-queries DIR:test`` on the test split would leave no query to centre on:
+    the CLI says so up front (a model path that does not exist is never reached), and
+    ``run_eval`` raises before writing anything."""
+    from htp_retrieval.cli import main
+    from htp_retrieval.eval.harness import EvalSettings, resolve_data, run_eval
+
+    root = _beir(tmp_path / "toy")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="holds only texts of the evaluated toy test split"):
+        main(["eval", "--data", str(root), "--split", "test", "--methods", "vanilla-mean",
+              "--model", str(tmp_path / "no-model"), "--center-queries", f"{root}:test",
+              "--output", str(out)])
+    settings = EvalSettings(model=str(tmp_path / "no-model"), methods=["vanilla-mean"],
+                            output=out, show_progress_bar=False,
+                            center_queries=f"{root}:test")
+    with pytest.raises(ValueError, match=r"toy:test holds only texts"):
+        run_eval(resolve_data(str(root), split="test"), settings)
+    assert not out.exists()

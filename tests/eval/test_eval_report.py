@@ -480,8 +480,13 @@ def test_a_centring_sample_never_makes_a_row_off_default() -> None:
     """``--center-queries`` adds centred scores without changing the vectors: a row with a
     query sample is still the shipped htp, is labelled with its sample, and meets the
     vanilla-mean of its own run."""
-    from htp_retrieval.eval.report import (comparisons, group_results, is_shipped, plot_label,
-                                           variant_label)
+    from htp_retrieval.eval.report import (
+        comparisons,
+        group_results,
+        is_shipped,
+        plot_label,
+        variant_label,
+    )
 
     def rec(method: str, centering: str | None, ndcg: float) -> ResultRecord:
         cfg = {"model": "smollm2-135m-instruct", "method": method, "dtype": "float32",
