@@ -348,6 +348,11 @@ def score_sts_centred(
         record["n_sample_overlap_dropped"] = len(sample) - len(kept)
         if not kept:
             raise ValueError(f"the sentence sample {label!r} holds only evaluated sentences")
+        if len(kept) < len(sample):
+            warnings.warn(f"the sentence sample {label!r} holds "
+                          f"{len(sample) - len(kept)} of the evaluated sentences: they are "
+                          f"left out of it ({len(kept)} of {len(sample)} used)", UserWarning,
+                          stacklevel=2)
         s_emb = encoder.encode(kept, instruction=instruction,
                                show_progress_bar=show_progress_bar)
         record["n_sample_sentences"] = len(kept)
