@@ -825,17 +825,32 @@ def _length_series(sets: Sequence[ResultSet], *, score: str | None = None,
                    ) -> dict[str, list[tuple[int, float]]]:
     """``variant -> [(length, score)]`` over the sets of one (model, dataset, subset);
     ``score`` defaults to the sets' main score, ``label`` names a variant (the table's
-    :func:`variant_label`, or the plots' shorter :func:`plot_label`)."""
+    :func:`variant_label`, or the plots' shorter :func:`plot_label`).
+
+    A plain score does not depend on a centring sample (:data:`SCORE_ONLY_KEYS`), so for
+    plain scores runs with and without one form one series; where two runs of a series
+    share a length, the first in row order gives the point."""
     if not sets:
         return {}
     recs = [r for rs in sets for r in rs.records]
-    keys = varying_keys(recs, exclude=["context_length", "max_length"])
     score = score or sets[0].main_score
+    keys = _length_keys(recs, score)
     series: dict[str, list[tuple[int, float]]] = {}
     for r in sorted(recs, key=lambda r: _row_sort_key(r, keys)):
         if r.length is not None and score in r.scores:
-            series.setdefault(label(r, keys), []).append((r.length, r.scores[score]))
+            pts = series.setdefault(label(r, keys), [])
+            if all(x != r.length for x, _ in pts):
+                pts.append((r.length, r.scores[score]))
     return series
+
+
+def _length_keys(recs: Sequence[ResultRecord], score: str | None) -> list[str]:
+    """Settings that tell series apart across lengths: those that vary among ``recs``,
+    less the centring sample unless ``score`` is a centred one."""
+    keys = varying_keys(recs, exclude=["context_length", "max_length"])
+    if not (score or "").endswith(" centred"):
+        keys = [k for k in keys if k not in SCORE_ONLY_KEYS]
+    return keys
 
 
 def _shipped_labels(sets: Sequence[ResultSet], *,
@@ -844,7 +859,7 @@ def _shipped_labels(sets: Sequence[ResultSet], *,
     """Labels (as :func:`_length_series` names them with ``label``) of the rows that run a
     method with its shipped settings (:func:`is_shipped`)."""
     recs = [r for rs in sets for r in rs.records]
-    keys = varying_keys(recs, exclude=["context_length", "max_length"])
+    keys = _length_keys(recs, sets[0].main_score if sets else None)
     return {label(r, keys) for r in recs if is_shipped(r, keys)}
 
 

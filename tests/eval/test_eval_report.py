@@ -571,6 +571,43 @@ def test_length_plot_marks_shipped_series(tmp_path: Path) -> None:
     assert short["htp (shipped)"] == series["htp (max_blocks=32, default)"]
 
 
+def test_a_centring_sample_does_not_split_a_length_series(tmp_path: Path) -> None:
+    """Plain scores do not depend on ``--center-queries``: a float32 run without a query
+    sample at 256 tokens and one with a sample at 2048 tokens are one series in the length
+    table, and a repeated length keeps the first run's point."""
+    from htp_retrieval.eval.report import (
+        _length_series,
+        _shipped_labels,
+        format_length_table,
+        group_results,
+        read_result,
+    )
+
+    recs = []
+    for i, (ctx, cen, acc) in enumerate([(256, None, 28.0), (2048, "crossfit", 30.0),
+                                         (2048, None, 99.0)]):
+        cfg = {"model": MODEL, "method": "vanilla-mean", "dtype": "float32",
+               "context_length": ctx}
+        if cen:
+            cfg["centering"] = cen
+        f = tmp_path / f"r{i}.json"
+        scores = {"Acc@1": acc, **({"Acc@1 centred": acc + 50} if cen else {})}
+        f.write_text(json.dumps({"dataset": "needle", "split": "test", "scores": scores,
+                                 "config": cfg}))
+        recs.append(read_result(f))
+    sets = group_results(recs)
+    series = _length_series(sets)
+    assert list(series) == ["vanilla-mean"]
+    assert sorted(series["vanilla-mean"])[0] == (256, 28.0)
+    assert len(series["vanilla-mean"]) == 2
+    assert _shipped_labels(sets) == {"vanilla-mean"}
+    table = format_length_table(sets)
+    assert table is not None and table.count("| vanilla-mean |") == 1
+    # a centred score keeps runs with different samples apart
+    centred = _length_series(sets, score="Acc@1 centred")
+    assert list(centred) == ["vanilla-mean (centering=crossfit)"]
+
+
 def test_plot_label_lists_only_off_default_settings() -> None:
     """Plot legends list a variant's settings that are off the shipped default only, and
     stay one label per variant that the table's labels tell apart."""
