@@ -38,7 +38,13 @@ from htp_retrieval.chunking import Chunk, split_chunks
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData, load_beir, read_jsonl
 from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
-from htp_retrieval.eval.retrieval import RetrievalResult, top_k_run, unit_rows, versions
+from htp_retrieval.eval.retrieval import (
+    RetrievalResult,
+    save_npz_atomic,
+    top_k_run,
+    unit_rows,
+    versions,
+)
 from htp_retrieval.methods import task_instructions
 
 CHUNK_METRICS = ("ndcg_cut_10", "recall_10")
@@ -271,9 +277,7 @@ def embed_chunks(
             for d, e in zip(part, embs):
                 out[d] = e
             if path is not None:
-                tmp = path.with_name(path.stem + ".tmp.npz")
-                np.savez(tmp, __cost__=json.dumps(c), **{d: out[d] for d in part})
-                tmp.replace(path)
+                save_npz_atomic(path, __cost__=json.dumps(c), **{d: out[d] for d in part})
             bar.update(len(part))
     return out, cost
 
@@ -344,9 +348,7 @@ def cached_chunk_embeddings(
                               show_progress_bar=show_progress_bar)
     cost["cached"] = 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, __cost__=json.dumps(cost), **embs)
-    tmp.replace(path)
+    save_npz_atomic(path, __cost__=json.dumps(cost), **embs)
     return embs, cost
 
 

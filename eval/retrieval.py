@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,21 @@ from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData
 from htp_retrieval.eval.metrics import DEFAULT_METRICS, evaluate_per_query, mean_scores
 from htp_retrieval.methods import task_instructions
+
+
+def save_npz_atomic(path: Path, **arrays: Any) -> None:
+    """Write ``arrays`` to ``path`` (``.npz``) through a uniquely named temporary file in
+    the same folder, then rename it into place: a reader never sees a partial file, and two
+    writers of the same cache entry at once do not collide (the leading dot keeps the
+    temporary out of checkpoint globs such as ``chunk_*.npz``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 @dataclass
@@ -77,7 +93,7 @@ class RetrievalResult:
         """Write the result as JSON (parents created)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
+        tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
         raw = asdict(self)
         for key in ("same_layouts", "htp_config", "query_htp_config", "run", "label"):
             if not raw[key]:
@@ -291,9 +307,7 @@ def encode_corpus(
                         "forward_seconds": st.forward_seconds,
                         "peak_memory_bytes": mem.peak_bytes}
                 if path is not None:
-                    tmp = path.with_name(path.stem + ".tmp.npz")
-                    np.savez(tmp, emb=emb, cost=json.dumps(part))
-                    tmp.replace(path)
+                    save_npz_atomic(path, emb=emb, cost=json.dumps(part))
             for k in keys:
                 cost[k] += part[k]
             cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], part["peak_memory_bytes"])

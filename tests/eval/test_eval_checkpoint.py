@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder
-from htp_retrieval.eval.retrieval import encode_corpus
+from htp_retrieval.eval.retrieval import encode_corpus, save_npz_atomic
 
 
 def test_resume_matches_uninterrupted(tiny_llama, tmp_path) -> None:  # noqa: ANN001
@@ -90,3 +92,28 @@ def test_progress_is_reported_per_batch(tiny_llama) -> None:  # noqa: ANN001
     enc.encode(texts, progress=calls.append)
     assert len(calls) == len(enc.last_stats.batches) >= 4  # at most 3 texts per batch
     assert calls == [rows for rows, _ in enc.last_stats.batches] and sum(calls) == 11
+
+
+def test_concurrent_writers_of_one_cache_entry_leave_one_whole_file(tmp_path) -> None:  # noqa: ANN001
+    """Two evals filling the shared chunk-embedding cache at once write the same entry; the
+    file must be one writer's whole arrays, with no temporary left behind."""
+    path = tmp_path / "entry.npz"
+    arrays = [np.full((400, 256), float(i), dtype=np.float32) for i in range(6)]
+    barrier, errors = threading.Barrier(len(arrays)), []
+
+    def write(a: np.ndarray) -> None:
+        barrier.wait()
+        try:
+            save_npz_atomic(path, emb=a)
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(a,)) for a in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    got = np.load(path)["emb"]
+    assert got.shape == (400, 256) and np.all(got == got[0, 0])  # one writer's, not mixed
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.npz"]
