@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from htp_retrieval.dtypes import DTypeArg, resolve_dtype
+from htp_retrieval.files import atomic_write
 from htp_retrieval.models import pick_device
 
 LongSource = Literal["scifact", "essays"]
@@ -1262,9 +1263,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = _stem(args, result["config"]["device"])
     path = out_dir / f"{stem}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(path)
+    with atomic_write(path) as f:
+        f.write(json.dumps(result, indent=2))
     if result["config"].get("prepare_only"):
         for s in result["settings"]:
             print(format_prepare(s) + "\n")

@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -20,6 +19,7 @@ import numpy as np
 from htp_retrieval.eval.cost import PeakMemory
 from htp_retrieval.eval.data import BeirData
 from htp_retrieval.eval.metrics import DEFAULT_METRICS, evaluate_per_query, mean_scores
+from htp_retrieval.files import atomic_write
 from htp_retrieval.methods import task_instructions
 
 
@@ -28,14 +28,8 @@ def save_npz_atomic(path: Path, **arrays: Any) -> None:
     the same folder, then rename it into place: a reader never sees a partial file, and two
     writers of the same cache entry at once do not collide (the leading dot keeps the
     temporary out of checkpoint globs such as ``chunk_*.npz``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 @dataclass
@@ -91,15 +85,12 @@ class RetrievalResult:
 
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
         raw = asdict(self)
         for key in ("same_layouts", "htp_config", "query_htp_config", "run", "label"):
             if not raw[key]:
                 del raw[key]
-        tmp.write_text(json.dumps(raw, indent=2, sort_keys=True))
-        tmp.replace(p)
+        with atomic_write(path) as f:
+            f.write(json.dumps(raw, indent=2, sort_keys=True))
 
     @classmethod
     def load(cls, path: str | Path) -> RetrievalResult:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from htp_retrieval.files import atomic_write
+
 if TYPE_CHECKING:
     from htp_retrieval.config import HTPConfig
     from htp_retrieval.encoder import HTPEncoder
@@ -279,7 +281,8 @@ class Centering:
     def save(self, path: str | Path) -> Path:
         """Write :meth:`to_dict` as JSON to ``path``; returns the path."""
         p = Path(path)
-        p.write_text(json.dumps(self.to_dict()))
+        with atomic_write(p) as f:
+            f.write(json.dumps(self.to_dict()))
         return p
 
     @classmethod

@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+from htp_retrieval.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +158,8 @@ def cpu_matmul_seconds(cache: str | Path | None = None) -> dict[str, Any]:
     entry = {**_time_linear(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
     stored[key] = entry
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(stored, indent=1))
-        tmp.replace(path)
+        with atomic_write(path) as f:
+            f.write(json.dumps(stored, indent=1))
     except OSError as err:
         logger.warning("could not store the CPU dtype benchmark in %s (%s); it will be "
                        "measured again in the next process", path, err)

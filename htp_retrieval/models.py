@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from htp_retrieval.dtypes import DTypeArg, resolve_dtype
 from htp_retrieval.dtypes import DTypeName as DTypeName  # re-exported
+from htp_retrieval.files import atomic_write
 
 if TYPE_CHECKING:
     from htp_retrieval.methods import MethodSpec
@@ -274,19 +275,12 @@ def packaged_gguf(name: str) -> Path:
     total = sum(p.stat().st_size for p in parts)
     if out.exists() and out.stat().st_size == total:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # A per-process temporary name: two processes assembling the same model at once
-    # each write their own copy and the atomic os.replace lets the last one win.
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as w:
-            for p in parts:
-                with open(p, "rb") as r:
-                    shutil.copyfileobj(r, w, 16 << 20)
-        os.replace(tmp_name, out)
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
+    # Two processes assembling the same model at once each write their own copy and
+    # the last rename wins.
+    with atomic_write(out, "wb") as w:
+        for p in parts:
+            with open(p, "rb") as r:
+                shutil.copyfileobj(r, w, 16 << 20)
     return out
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from htp_retrieval.files import atomic_write
 from htp_retrieval.layout import as_long_budget
 from htp_retrieval.methods import METHODS
 
@@ -263,9 +264,8 @@ def write_check(check: LayoutCheck, *, command: str) -> Path:
     if target != check.path and target.exists():
         raise ValueError(f"{check.path}: {target} already holds the run with "
                          f"{check.settings}; remove one of them")
-    tmp = target.with_suffix(".json.tmp")  # the harness's format, replaced atomically
-    tmp.write_text(json.dumps(raw, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(target)
+    with atomic_write(target) as f:  # the harness's format
+        f.write(json.dumps(raw, indent=2, sort_keys=True))
     if target != check.path:
         check.path.unlink()
     return target
