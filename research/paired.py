@@ -75,14 +75,18 @@ def load_per_query(path: str | Path) -> RetrievalResult:
 
     Raises:
         FileNotFoundError: if the file is missing.
-        ValueError: if it has no per-query rows (written before they were recorded; the
-            message names the file and says how to recompute it).
+        ValueError: if it has no per-query rows (an STS result, or one written before they
+            were recorded; the message names the file and what to do instead).
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such results file")
     res = RetrievalResult.load(p)
     if not res.per_query:
+        if "Spearman" in res.scores:
+            raise ValueError(f"{p}: an STS result has no per-query scores (Spearman is one "
+                             "number over all pairs); compare its plain and centred scores "
+                             "with --centred --metric Spearman")
         raise ValueError(f"{p}: no per-query scores (written before they were recorded); "
                          "rerun its command with --overwrite")
     return res

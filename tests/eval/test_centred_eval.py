@@ -169,6 +169,14 @@ def test_sts_centred_on_a_sentence_sample_and_crossfit(tiny_dir, tmp_path: Path)
     assert res_x.config["centering"]["sentence_sample"] == "crossfit"
     assert np.isfinite(res_x.scores["Spearman centred"])
     assert res_x.scores["Spearman"] == pytest.approx(res.scores["Spearman"], abs=1e-9)
+    # research's paired bootstrap: an STS result compares plain with centred over pairs,
+    # and asking it for per-query rows says what to run instead
+    from research.paired import load_per_query, sts_centred_table
+
+    res.save(tmp_path / "sts.json")
+    with pytest.raises(ValueError, match=r"sts\.json: an STS result.*--centred --metric Spearman"):
+        load_per_query(tmp_path / "sts.json")
+    assert f"| {res.scores['Spearman']:.2f} |" in sts_centred_table([res], ["vm"])
 
 
 def test_cosine_scale_separates_relevant_pairs() -> None:
