@@ -88,14 +88,18 @@ PRESETS: dict[str, list[str]] = {
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Parse ``name:key=value,key=value`` into encoder and run keyword arguments.
 
-    Values ``none``/``true``/``false`` and integers are converted, ``long_budget`` and
+    A key ``query_<setting>`` (for example ``query_tp_start=1``) sets an encoder setting for
+    the queries only; with ``query_method`` the queries get an encoder of their own and the
+    documents keep the variant's. Values ``none``/``true``/``false`` and integers are
+    converted, ``long_budget`` and
     ``short_budget`` take
     ``L:B_L`` or ``0`` (:func:`htp_retrieval.layout.parse_long_budget`); anything else stays a
     string (commas inside a value are not supported except in instructions, which must
     come last).
 
     Returns:
-        ``(name, encoder_kwargs, run_kwargs)``.
+        ``(name, encoder_kwargs, run_kwargs)``; query-only settings are in
+        ``run_kwargs["query_settings"]``.
 
     Raises:
         ValueError: for a missing name or an unknown key (the message lists valid keys).
@@ -116,7 +120,7 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         key = key.strip()
         value: Any = raw
         low = raw.strip().lower()
-        if key in ("long_budget", "short_budget"):  # L:B_L, or 0 for none
+        if key.removeprefix("query_") in ("long_budget", "short_budget"):  # L:B_L, or 0
             value = parse_long_budget(raw, name=key.replace("_", " ")) or 0
         elif low == "none":
             value = None
@@ -131,10 +135,13 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
             enc[key] = value
         elif key in RUN_KEYS:
             run[key] = value
+        elif key.startswith("query_") and key.removeprefix("query_") in ENCODER_KEYS:
+            run.setdefault("query_settings", {})[key.removeprefix("query_")] = value
         else:
             raise ValueError(
                 f"variant {name!r}: unknown key {key!r}; valid: "
-                + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS))
+                + ", ".join(sorted(ENCODER_KEYS | RUN_KEYS)) + ", and query_<setting> for "
+                "an encoder setting of the queries only"
             )
     return name, enc, run
 
@@ -461,7 +468,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             if max_length is None:  # needle/passkey, measured with this model's tokenizer
                 max_length = encode_length(enc, data, context_length=synthetic[1])
             ekw["max_length"] = enc.max_length = max_length
-        qmethod = rkw.pop("query_method", None)
+        qsettings = {**rkw.pop("query_settings", {}),
+                     **({"method": rkw.pop("query_method")} if "query_method" in rkw else {})}
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
             diff = config_diff(res.config, enc.record())
@@ -471,7 +479,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
                     f"({diff}), e.g. under an earlier default; pass --overwrite to recompute "
                     "it with the current ones, or give the variant another name")
         else:
-            qenc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, "method": qmethod}) if qmethod else None
+            qenc = (HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, **qsettings})
+                    if qsettings else None)
             # Variants that differ only on the query side share one corpus encode: the
             # corpus is checkpointed under a key of the document encoder's config.
             corpus = corpus_checkpoint(out, enc, rkw.get("document_instruction"))

@@ -28,6 +28,12 @@ def test_parse_variant_types_and_errors() -> None:
     assert parse_variant("v:long_budget=0")[1] == {"long_budget": 0}
     with pytest.raises(ValueError, match="'1024'"):
         parse_variant("v:long_budget=1024")
+    # query-only settings: the documents keep the variant's encoder settings
+    _, enc, run = parse_variant("v:method=htp,tp_start=2,query_tp_start=1,query_short_budget=256:1")
+    assert enc == {"method": "htp", "tp_start": 2}
+    assert run == {"query_settings": {"tp_start": 1, "short_budget": (256, 1)}}
+    with pytest.raises(ValueError, match="unknown key 'query_bogus'.*query_<setting>"):
+        parse_variant("v:query_bogus=1")
 
 
 def test_norm_profile_groups(tiny_llama) -> None:  # noqa: ANN001
@@ -104,7 +110,8 @@ def test_ablate_pairing_shares_one_corpus_encode(tiny_llama, tmp_path, capsys) -
                "--max-queries", "4", "--max-docs", "12", "--max-length", "48", "--quiet",
                "--output", str(out),
                "--variant", "htp:method=htp",
-               "--variant", "htp-tp-queries:method=htp,query_method=tp-mean"])
+               "--variant", "htp-tp-queries:method=htp,query_method=tp-mean",
+               "--variant", "htp-start3-queries:method=htp,query_tp_start=3"])
     assert rc == 0
     folder = next(out.glob("*/scifact-train-q4d12s0"))
     first = json.loads((folder / "htp.json").read_text())
@@ -117,6 +124,12 @@ def test_ablate_pairing_shares_one_corpus_encode(tiny_llama, tmp_path, capsys) -
     assert first["run"]["htp_config"] == first["htp_config"]
     assert first["run"]["data"] == {"subset": {"max_queries": 4, "max_docs": 12}, "seed": 0}
     assert paired["run"]["query_htp_config"]["method"] == "tp-mean"
+    start3 = json.loads((folder / "htp-start3-queries.json").read_text())
+    assert start3["cost"]["resumed_chunks"] >= 1  # same documents, queries only differ
+    assert start3["run"]["query_htp_config"]["method"] == "htp"
+    assert start3["run"]["query_htp_config"]["layers"]["tp_start"] == 3
+    assert start3["htp_config"] == first["htp_config"]
+    assert start3["scores"] != first["scores"]
     assert "htp-tp-queries" in capsys.readouterr().out
 
 
