@@ -335,8 +335,10 @@ def ablation_table(rows: Sequence[tuple[str, Any]]) -> str:
         extra = {k: v for k, v in ran.items() if v not in _EXTRA_OFF[k]}
         if c.get("document_instruction"):
             extra["document_instruction"] = "task instruction"
-        if "query_config" in c:
-            extra["query_method"] = c["query_config"]["method"]
+        if "query_config" in c:  # the query encoder's settings that differ from the documents'
+            q = c["query_config"]
+            extra.update({f"query_{k}": v for k, v in q.items()
+                          if k in ENCODER_KEYS and v != c.get(k)})
         window = f"{c['tp_start']}-{c['tp_exit'] - 1}" if c["tp_exit"] > c["tp_start"] else "none"
         n = res.counts
         rank1 = (f"{n['rank1_docs']} (top {n['rank1_top_queries']} of {n['n_queries']})"
