@@ -26,6 +26,7 @@ from typing import Any
 
 # a calibration preset is a partial HTPConfig: its keys, reader and depth scaling live there
 from htp_retrieval.config import PRESET_KEYS, read_preset, scale_layers  # noqa: F401
+from htp_retrieval.files import atomic_write
 
 FIXED_LENGTH: dict[str, Any] = {"max_length": 512, "overflow": "truncate"}
 """Encoder length settings of calibration runs: the first 512 tokens, as ``eval`` reads
@@ -107,9 +108,8 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         """Write the preset JSON (parents created)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+        with atomic_write(path) as f:
+            f.write(json.dumps(asdict(self), indent=2, sort_keys=True))
 
 
 def load_preset(path: str | Path, *, n_layers: int | None = None) -> dict[str, Any]:

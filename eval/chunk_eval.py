@@ -45,6 +45,7 @@ from htp_retrieval.eval.retrieval import (
     unit_rows,
     versions,
 )
+from htp_retrieval.files import atomic_write
 from htp_retrieval.methods import task_instructions
 
 CHUNK_METRICS = ("ndcg_cut_10", "recall_10")
@@ -235,8 +236,8 @@ def embed_chunks(
         if ckpt.exists() and (old.get("fp") != fp
                               or old.get("docs_per_checkpoint") != docs_per_checkpoint):
             shutil.rmtree(ckpt)
-        ckpt.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"fp": fp, "docs_per_checkpoint": docs_per_checkpoint}))
+        with atomic_write(meta) as f:
+            f.write(json.dumps({"fp": fp, "docs_per_checkpoint": docs_per_checkpoint}))
     out: dict[str, np.ndarray] = {}
     cost: dict[str, Any] = {"seconds": 0.0, "text_tokens": 0, "resumed_parts": 0,
                             "peak_memory_bytes": 0}

@@ -24,10 +24,9 @@ from htp_retrieval.methods import task_instructions
 
 
 def save_npz_atomic(path: Path, **arrays: Any) -> None:
-    """Write ``arrays`` to ``path`` (``.npz``) through a uniquely named temporary file in
-    the same folder, then rename it into place: a reader never sees a partial file, and two
-    writers of the same cache entry at once do not collide (the leading dot keeps the
-    temporary out of checkpoint globs such as ``chunk_*.npz``)."""
+    """Write ``arrays`` to ``path`` (``.npz``) with :func:`~htp_retrieval.files.atomic_write`:
+    a reader never sees a partial file, and concurrent writers of one cache entry do not
+    collide."""
     with atomic_write(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -264,8 +263,8 @@ def encode_corpus(
             # Finished chunks were cut with the stored size: resume with it, losing nothing.
             # (With no finished chunk yet, the requested size wins.)
             chunk_size = int(old["chunk_size"])
-        ckpt.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))
+        with atomic_write(meta) as f:
+            f.write(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
     keys = ("seconds", "cpu_seconds", "text_tokens", "input_tokens", "padded_tokens",

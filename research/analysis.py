@@ -48,7 +48,7 @@ from htp_retrieval.models import DTypeName
 
 ENCODER_KEYS = (set(SETTING_KEYS) - {"preset", "overflow"}) | {"dtype", "padding_side"}
 """Variant keys passed to the encoder: the HTPConfig settings, and dtype and padding side."""
-RUN_KEYS = {"query_instruction", "document_instruction", "query_method"}
+RUN_KEYS = {"query_instruction", "document_instruction"}
 
 # The ablation groups, each a list of ``name:key=value,...`` variant specs.
 PRESETS: dict[str, list[str]] = {
@@ -88,9 +88,9 @@ PRESETS: dict[str, list[str]] = {
 def parse_variant(spec: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Parse ``name:key=value,key=value`` into encoder and run keyword arguments.
 
-    A key ``query_<setting>`` (for example ``query_tp_start=1``) sets an encoder setting for
-    the queries only; with ``query_method`` the queries get an encoder of their own and the
-    documents keep the variant's. Values ``none``/``true``/``false`` and integers are
+    A key ``query_<setting>`` (for example ``query_method=tp-mean`` or ``query_tp_start=1``)
+    sets an encoder setting for the queries only: the queries get an encoder of their own
+    and the documents keep the variant's. Values ``none``/``true``/``false`` and integers are
     converted, ``long_budget`` and
     ``short_budget`` take
     ``L:B_L`` or ``0`` (:func:`htp_retrieval.layout.parse_long_budget`); anything else stays a
@@ -470,8 +470,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             if max_length is None:  # needle/passkey, measured with this model's tokenizer
                 max_length = encode_length(enc, data, context_length=synthetic[1])
             ekw["max_length"] = enc.max_length = max_length
-        qsettings = {**rkw.pop("query_settings", {}),
-                     **({"method": rkw.pop("query_method")} if "query_method" in rkw else {})}
+        qsettings = rkw.pop("query_settings", {})
         if path.exists() and not args.overwrite:
             res = RetrievalResult.load(path)
             diff = config_diff(res.config, enc.record())

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from htp_retrieval.eval.calibrate import FIXED_LENGTH
+from htp_retrieval.files import atomic_write
 
 
 def hub_report(
@@ -182,8 +183,8 @@ def cmd_hubs(args: argparse.Namespace) -> int:
             if max_length is None:
                 max_length = encode_length(enc, data, context_length=synthetic[1])
             ekw["max_length"] = enc.max_length = max_length
-        qmethod = rkw.pop("query_method", None)
-        qenc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, "method": qmethod}) if qmethod else enc
+        qsettings = rkw.pop("query_settings", {})
+        qenc = HTPEncoder(args.model, **{**FIXED_LENGTH, **ekw, **qsettings}) if qsettings else enc
         qi, di = task_instructions(data.name)
         qi = rkw.get("query_instruction", qi)
         di = rkw.get("document_instruction", di)
@@ -198,11 +199,11 @@ def cmd_hubs(args: argparse.Namespace) -> int:
         record = {"variant": name, "variant_spec": spec, "dataset": data.name,
                   "config": {**enc.record(), "query_instruction": qi,
                              "document_instruction": di,
-                             **({"query_config": qenc.record()} if qmethod else {})},
+                             **({"query_config": qenc.record()} if qsettings else {})},
                   "command": _command(), "versions": versions(enc), **report}
         path = out / "hubs" / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1))
+        with atomic_write(path) as f:
+            f.write(json.dumps(record, indent=1))
         rows.append((name, report))
         print(f"[{name}] NDCG@10 {report['scores']['NDCG@10']:.2f}, centred "
               f"{report['scores_centered']['NDCG@10']:.2f} -> {path}", file=sys.stderr)

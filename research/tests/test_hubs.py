@@ -78,18 +78,19 @@ def test_hubs_command_reuses_the_ablate_corpus(tiny_llama, tmp_path, capsys,  # 
     out = tmp_path / "analysis"
     base = ["--model", str(mdir), "--data", "needle:64", "--seed", "2", "--max-docs", "6",
             "--max-queries", "4", "--quiet", "--output", str(out),
-            "--variant", "vanilla:method=vanilla-mean", "--variant", "htp:method=htp"]
+            "--variant", "vanilla:method=vanilla-mean", "--variant", "htp:method=htp",
+            "--variant", "htp-q3:method=htp,query_tp_start=3"]
     assert main(["ablate", *base]) == 0
     folder = next(out.glob("*/needle-64-seed2-q4d6"))
     chunks = {p: p.stat().st_mtime_ns for p in folder.glob("corpus.partial/*/chunk_*.npz")}
-    assert len(chunks) == 2
+    assert len(chunks) == 2  # htp-q3 differs on the query side only: htp's corpus
     capsys.readouterr()
     monkeypatch.setattr("sys.argv", ["research", "hubs", *base])
     assert main(["hubs", *base]) == 0
     table = capsys.readouterr().out
     assert "| vanilla | " in table and "| htp | " in table
     assert {p: p.stat().st_mtime_ns for p in folder.glob("corpus.partial/*/chunk_*.npz")} == chunks
-    for name in ("vanilla", "htp"):
+    for name in ("vanilla", "htp", "htp-q3"):
         rec = json.loads((folder / "hubs" / f"{name}.json").read_text())
         ablated = json.loads((folder / f"{name}.json").read_text())
         assert rec["scores"]["NDCG@10"] == pytest.approx(ablated["scores"]["NDCG@10"])
@@ -99,3 +100,5 @@ def test_hubs_command_reuses_the_ablate_corpus(tiny_llama, tmp_path, capsys,  # 
         assert {"depth", "char_offset"} <= set(rec["hubs"][0])  # the generator's metadata
         assert rec["config"]["method"] == ablated["config"]["method"]
         assert rec["command"].startswith("python -m research hubs")
+    q3 = json.loads((folder / "hubs" / "htp-q3.json").read_text())
+    assert q3["config"]["query_config"]["tp_start"] == 3 and q3["config"]["tp_start"] != 3
