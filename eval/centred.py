@@ -35,7 +35,7 @@ import numpy as np
 
 from htp_retrieval.centering import Centering, read_query_file
 from htp_retrieval.eval.retrieval import unit_rows
-from htp_retrieval.eval.sts import load_sts, spearman_percent, sts_file
+from htp_retrieval.eval.sts import bootstrap_spearman_delta, load_sts, spearman_percent, sts_file
 
 CENTRED = " centred"
 """Suffix of the centred scores' names."""
@@ -269,27 +269,11 @@ def sts_cosine_scale(cos: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _bootstrap_spearman_delta(plain: np.ndarray, centred: np.ndarray, gold: np.ndarray, *,
-                              seed: int, n_boot: int = 1000) -> list[float]:
-    """95% percentile interval of Spearman(centred) - Spearman(plain) (x100) over pairs
-    resampled with replacement (``n_boot`` seeded resamples)."""
-    from scipy.stats import rankdata
-
-    rng = np.random.default_rng(seed)
-    deltas = np.empty(n_boot)
-    for i in range(n_boot):
-        idx = rng.integers(0, len(gold), len(gold))
-        g = rankdata(gold[idx])
-        deltas[i] = 100.0 * (np.corrcoef(rankdata(centred[idx]), g)[0, 1]
-                             - np.corrcoef(rankdata(plain[idx]), g)[0, 1])
-    return [float(np.percentile(deltas, 2.5)), float(np.percentile(deltas, 97.5))]
-
-
 def score_sts_centred(
     encoder: Any, sample: Sequence[str] | str, sentences: Sequence[str], emb: np.ndarray,
     pairs: np.ndarray, gold: np.ndarray, *, instruction: str | None, label: str, seed: int,
     show_progress_bar: bool = False,
-) -> tuple[dict[str, float], dict[str, Any]]:
+) -> tuple[dict[str, float], dict[str, Any], np.ndarray]:
     """STS scores with both sentences of every pair centred on one mean.
 
     The mean is that of the sample's unit vectors (embedded as the evaluated sentences,
@@ -311,11 +295,12 @@ def score_sts_centred(
         show_progress_bar: tqdm bar while embedding the sample.
 
     Returns:
-        ``(scores, record)``: ``Spearman centred`` and ``Pearson centred`` (x100), and the
-        ``config["centering"]`` record: ``sentence_sample`` (label), ``n_sample_sentences``
+        ``(scores, record, cosines)``: ``Spearman centred`` and ``Pearson centred`` (x100),
+        the ``config["centering"]`` record: ``sentence_sample`` (label), ``n_sample_sentences``
         (``None`` for cross-fitting), ``n_sample_overlap_dropped``, ``scale``
         (:func:`sts_cosine_scale`, plain and centred) and ``spearman_delta_ci95``, the 95%
-        bootstrap interval of the Spearman gain over resampled pairs.
+        bootstrap interval of the Spearman gain over resampled pairs; and the centred cosine
+        of every pair, ``[n_pairs]``.
 
     Raises:
         ValueError: for an unknown sample string, cross-fitting with fewer than two pairs, or
@@ -359,13 +344,14 @@ def score_sts_centred(
         centred = Centering.fit(s_emb, s_emb).apply(u, "document")
         cos_c = (centred[pairs[:, 0]] * centred[pairs[:, 1]]).sum(axis=1)
     cos = (u[pairs[:, 0]] * u[pairs[:, 1]]).sum(axis=1)
-    record["spearman_delta_ci95"] = _bootstrap_spearman_delta(cos, cos_c, gold, seed=seed)
+    lo, hi, _ = bootstrap_spearman_delta(cos, cos_c, gold, seed=seed, n_resamples=1000)
+    record["spearman_delta_ci95"] = [lo, hi]
     scores = {"Spearman" + CENTRED: spearman_percent(cos_c, gold),
               "Pearson" + CENTRED: float(100.0 * pearsonr(cos_c.astype(np.float64),
                                                           gold).statistic)}
     record["scale"] = {"plain": sts_cosine_scale(cos, gold),
                        "centred": sts_cosine_scale(cos_c, gold)}
-    return scores, record
+    return scores, record, cos_c
 
 
 __all__ = ["CENTRED", "CROSSFIT", "read_query_sample", "sample_label", "cosine_scale",

@@ -50,6 +50,10 @@ class RetrievalResult:
         per_query: ``query_id -> {metric label: value}`` in percent, the rows that
             :attr:`scores` averages (for paired comparisons; empty in results written
             before it was recorded).
+        per_pair: STS only: ``cosine`` (and ``cosine centred``) of every pair and its
+            ``gold`` score, ``[n_pairs]`` each in file order (the values :attr:`scores`'
+            Spearman correlates), so two methods can be compared pair by pair
+            (``python -m research paired``); empty for retrieval and for older STS results.
         query_meta: ``query_id -> facts`` the rows can be split by, e.g. for needle and
             passkey the relevant document, the seeded needle ``depth`` (0..1) and its
             ``n_tokens``.
@@ -75,6 +79,7 @@ class RetrievalResult:
     versions: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_pair: dict[str, list[float]] = field(default_factory=dict)
     query_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
     same_layouts: list[dict[str, Any]] = field(default_factory=list)
     htp_config: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +90,7 @@ class RetrievalResult:
     def save(self, path: str | Path) -> None:
         """Write the result as JSON (parents created)."""
         raw = asdict(self)
-        for key in ("same_layouts", "htp_config", "query_htp_config", "run", "label"):
+        for key in ("per_pair", "same_layouts", "htp_config", "query_htp_config", "run", "label"):
             if not raw[key]:
                 del raw[key]
         with atomic_write(path) as f:

@@ -143,6 +143,47 @@ def spearman_percent(predicted: np.ndarray | list[float], gold: np.ndarray | lis
     return float(100.0 * spearmanr(x, y).statistic)
 
 
+def bootstrap_spearman_delta(
+    base: np.ndarray, variant: np.ndarray, gold: np.ndarray, *, seed: int = 0,
+    n_resamples: int = 1000,
+) -> tuple[float, float, float]:
+    """Paired bootstrap of a Spearman difference on the same sentence pairs.
+
+    Pairs are resampled with replacement (``n_resamples`` seeded resamples); each resample
+    scores ``100 x (Spearman(variant) - Spearman(base))`` against the resampled gold.
+
+    Args:
+        base: ``[n_pairs]`` the baseline's similarity of every pair (e.g. cosine).
+        variant: ``[n_pairs]`` the variant's similarity of the same pairs, same order.
+        gold: ``[n_pairs]`` gold scores.
+        seed: Resampling seed (the interval is deterministic for a seed).
+        n_resamples: Number of resamples.
+
+    Returns:
+        ``(low, high, fraction_above_zero)``: the 95% percentile interval of the difference
+        (points) and the fraction of resamples in which the variant is ahead.
+
+    Raises:
+        ValueError: if the three arrays differ in length or hold fewer than 3 pairs.
+    """
+    from scipy.stats import rankdata
+
+    base, variant, gold = (np.asarray(a, dtype=np.float64) for a in (base, variant, gold))
+    if not len(base) == len(variant) == len(gold) or len(gold) < 3:
+        raise ValueError(f"need at least 3 pairs and equal lengths, got base {len(base)}, "
+                         f"variant {len(variant)}, gold {len(gold)}")
+    rng = np.random.default_rng(seed)
+    deltas = np.empty(n_resamples)
+    for i in range(n_resamples):
+        idx = rng.integers(0, len(gold), len(gold))
+        g = rankdata(gold[idx])
+        deltas[i] = 100.0 * (np.corrcoef(rankdata(variant[idx]), g)[0, 1]
+                             - np.corrcoef(rankdata(base[idx]), g)[0, 1])
+    deltas = deltas[np.isfinite(deltas)]
+    return (float(np.percentile(deltas, 2.5)), float(np.percentile(deltas, 97.5)),
+            float((deltas > 0).mean()))
+
+
 def _constant(x: np.ndarray, y: np.ndarray, what: str) -> bool:
     """Warn (and return True) when a correlation is undefined: fewer than 2 distinct values."""
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -182,7 +223,8 @@ def run_sts(
         A :class:`~htp_retrieval.eval.retrieval.RetrievalResult` with ``scores``
         ``Spearman`` and ``Pearson`` (x100) and ``cost`` ``encode_seconds``, ``cpu_seconds``,
         ``text_tokens``, ``tokens_per_second`` (text tokens/s), ``peak_memory_bytes``,
-        ``padding_fraction``, ``prepare_seconds``, ``forward_seconds``.
+        ``padding_fraction``, ``prepare_seconds``, ``forward_seconds``; ``per_pair`` holds
+        every pair's ``cosine`` (and ``cosine centred``) and ``gold`` score.
     """
     from scipy.stats import pearsonr
 
@@ -203,16 +245,18 @@ def run_sts(
     pearson = (float("nan") if _constant(cos, gold, "Pearson")
                else float(100.0 * pearsonr(cos.astype(np.float64), gold).statistic))
     scores = {"Spearman": spearman_percent(cos, gold), "Pearson": pearson}
+    per_pair = {"cosine": cos.tolist(), "gold": gold.tolist()}
     centring = None
     if center_queries is not None:
         from htp_retrieval.eval.centred import score_sts_centred
 
         pairs = np.array([[index[s] for s in data.sentence1],
                           [index[s] for s in data.sentence2]]).T
-        c_scores, centring = score_sts_centred(
+        c_scores, centring, cos_c = score_sts_centred(
             encoder, center_queries, sentences, emb, pairs, gold, instruction=instruction,
             label=center_label, seed=seed, show_progress_bar=show_progress_bar)
         scores.update(c_scores)
+        per_pair["cosine centred"] = cos_c.tolist()
     cost = {
         "encode_seconds": mem.seconds,
         "cpu_seconds": time.process_time() - c0,
@@ -233,8 +277,9 @@ def run_sts(
     return RetrievalResult(
         dataset=data.name, split=data.split, config=config, scores=scores, cost=cost,
         counts={"n_pairs": len(data), "n_sentences": len(sentences)},
-        versions=versions(encoder), created=time.time(),
+        versions=versions(encoder), created=time.time(), per_pair=per_pair,
         htp_config=encoder.config.to_dict())
 
 
-__all__ = ["StsData", "load_sts", "run_sts", "spearman_percent", "is_sts_file", "sts_file"]
+__all__ = ["StsData", "load_sts", "run_sts", "spearman_percent", "bootstrap_spearman_delta",
+           "is_sts_file", "sts_file"]

@@ -10,6 +10,11 @@ questions an average cannot:
 * Where does it come from? Scores split into bins of a per-query fact from
   ``query_meta``, e.g. where the needle sits in its document (``position``, 0..1) for
   needle and passkey results.
+
+STS results have no per-query rows; ``--metric Spearman`` (or ``"Spearman centred"``)
+compares them pair by pair instead, from the per-pair cosines that
+:func:`~htp_retrieval.eval.sts.run_sts` stores (``per_pair``): the Spearman difference with
+a 95% bootstrap interval over resampled sentence pairs.
 """
 
 from __future__ import annotations
@@ -85,8 +90,8 @@ def load_per_query(path: str | Path) -> RetrievalResult:
     if not res.per_query:
         if "Spearman" in res.scores:
             raise ValueError(f"{p}: an STS result has no per-query scores (Spearman is one "
-                             "number over all pairs); compare its plain and centred scores "
-                             "with --centred --metric Spearman")
+                             "number over all pairs); compare STS results pair by pair "
+                             "with --metric Spearman")
         raise ValueError(f"{p}: no per-query scores (written before they were recorded); "
                          "rerun its command with --overwrite")
     return res
@@ -405,19 +410,77 @@ def sts_centred_table(results: list[RetrievalResult], labels: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _pair_column(res: RetrievalResult, metric: str, label: str) -> tuple[np.ndarray, np.ndarray]:
+    key = {"Spearman": "cosine", "Spearman centred": "cosine centred"}[metric]
+    if not res.per_pair:
+        raise ValueError(f"{label}: no per-pair cosines (an STS result written before they "
+                         "were recorded); rerun its eval command with --overwrite")
+    if key not in res.per_pair:
+        raise ValueError(f"{label}: no per-pair {key!r}: run the STS eval with "
+                         "--center-queries")
+    return (np.asarray(res.per_pair[key], dtype=np.float64),
+            np.asarray(res.per_pair["gold"], dtype=np.float64))
+
+
+def sts_paired_table(results: Sequence[RetrievalResult], labels: Sequence[str], *,
+                     metric: str = "Spearman", seed: int = 0, n_resamples: int = 1000) -> str:
+    """Markdown rows of STS results against the first, pair by pair: each one's Spearman,
+    the difference and its 95% bootstrap interval over resampled sentence pairs
+    (:func:`~htp_retrieval.eval.sts.bootstrap_spearman_delta`), and the fraction of
+    resamples in which the row is ahead.
+
+    Args:
+        results: STS results of the same pairs (``per_pair`` stored); the first is the
+            baseline.
+        labels: One name per result.
+        metric: ``Spearman`` (plain cosines) or ``Spearman centred``.
+        seed: Bootstrap seed.
+        n_resamples: Bootstrap resamples.
+
+    Raises:
+        ValueError: for a result without per-pair cosines, or one scored on other pairs
+            than the baseline (different gold scores), named by its label.
+    """
+    from htp_retrieval.eval.sts import bootstrap_spearman_delta, spearman_percent
+
+    if metric not in ("Spearman", "Spearman centred"):
+        raise ValueError(f"STS results compare on 'Spearman' or 'Spearman centred', "
+                         f"not {metric!r}")
+    base, gold = _pair_column(results[0], metric, labels[0])
+    base_rho = spearman_percent(base, gold)
+    lines = [f"baseline: {labels[0]}, {metric} {base_rho:.2f} over {len(gold)} pairs", "",
+             f"| variant | {metric} | diff | 95% CI (pairs) | resamples ahead |",
+             "|---|---|---|---|---|"]
+    for lab, r in zip(labels[1:], results[1:], strict=True):
+        cos, g = _pair_column(r, metric, lab)
+        if len(g) != len(gold) or not np.array_equal(g, gold):
+            raise ValueError(f"{lab}: scored on other sentence pairs than the baseline "
+                             f"({len(g)} against {len(gold)}); compare results of the same "
+                             "file, split and subsample")
+        lo, hi, ahead = bootstrap_spearman_delta(base, cos, gold, seed=seed,
+                                                 n_resamples=n_resamples)
+        rho = spearman_percent(cos, gold)
+        lines.append(f"| {lab} | {rho:.2f} | {rho - base_rho:+.2f} | [{lo:+.2f}, {hi:+.2f}] | "
+                     f"{100 * ahead:.1f}% |")
+    return "\n".join(lines)
+
+
 def cmd_paired(args: argparse.Namespace) -> int:
     """``python -m research paired``: print the paired table (and the split, plot)."""
     try:
         paths = [Path(p) for p in args.results]
-        sts = args.centred and args.metric == "Spearman"  # STS: no per-query values
+        sts = args.metric in ("Spearman", "Spearman centred")  # STS: per pair, not query
         loaded = [RetrievalResult.load(p) if sts else load_per_query(p) for p in paths]
         labels = (args.labels.split(",") if args.labels
                   else [_label(p, r) for p, r in zip(paths, loaded, strict=True)])
         if len(labels) != len(loaded) or len(set(labels)) != len(labels):
             raise ValueError(f"--labels: need {len(loaded)} distinct names, got {labels}")
         base, base_label = loaded[0], labels[0]
-        if sts:
+        if sts and args.centred:
             print(sts_centred_table(loaded, labels))
+            return 0
+        if sts:
+            print(sts_paired_table(loaded, labels, metric=args.metric, seed=args.seed))
             return 0
         if args.centred:  # each result's centred scores against its own plain ones
             rows = [compare(r, centred_view(r, args.metric), metric=args.metric,
@@ -450,7 +513,8 @@ def add_parser(asub: Any) -> None:
     q.add_argument("results", nargs="+", help="results JSONs; the first is the baseline")
     q.add_argument("--metric", default="NDCG@10",
                    help="a per-query metric (NDCG@10, MRR, Acc@1, ...) or 'rank': the rank "
-                   "of the relevant document, 100/MRR (one relevant document per query)")
+                   "of the relevant document, 100/MRR (one relevant document per query); for "
+                   "STS results 'Spearman' or 'Spearman centred', compared pair by pair")
     q.add_argument("--labels", default=None, help="comma list, one name per result")
     q.add_argument("--split-by", default=None,
                    help="query_meta field to bin by, e.g. position, depth, n_tokens")
@@ -464,5 +528,6 @@ def add_parser(asub: Any) -> None:
     q.set_defaults(func=cmd_paired)
 
 
-__all__ = ["PairedComparison", "load_per_query", "compare", "centred_view", "sts_centred_table", "bin_edges", "split_by",
+__all__ = ["PairedComparison", "load_per_query", "compare", "centred_view", "sts_centred_table",
+           "sts_paired_table", "bin_edges", "split_by",
            "paired_table", "split_table", "plot_split", "cmd_paired"]

@@ -82,3 +82,40 @@ def test_sts_centred_table_reads_the_stored_interval() -> None:
                             cost={}, counts={}, versions={}, created=0.0)
     with pytest.raises(ValueError, match="--center-queries"):
         sts_centred_table([plain], ["plain"])
+
+
+def test_sts_paired_table_bootstraps_over_pairs() -> None:
+    from scipy.stats import spearmanr
+
+    from htp_retrieval.eval.retrieval import RetrievalResult
+    from research.paired import sts_paired_table
+
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 5, 400)
+    noisy = gold + rng.normal(0, 3.0, 400)  # the baseline: weakly related to gold
+    clean = gold + rng.normal(0, 0.5, 400)  # the variant: strongly related
+
+    def sts(cos: np.ndarray, g: np.ndarray = gold) -> RetrievalResult:
+        return RetrievalResult(dataset="stsb", split="test", config={},
+                               scores={"Spearman": 100 * spearmanr(cos, g).statistic}, cost={},
+                               counts={}, versions={}, created=0.0,
+                               per_pair={"cosine": cos.tolist(), "gold": g.tolist()})
+
+    base, better = sts(noisy), sts(clean)
+    lines = sts_paired_table([base, better], ["base", "better"]).splitlines()
+    assert lines[0] == f"baseline: base, Spearman {base.scores['Spearman']:.2f} over 400 pairs"
+    cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
+    assert cells[0] == "better" and cells[1] == f"{better.scores['Spearman']:.2f}"
+    lo, hi = (float(x) for x in cells[3].strip("[]").split(","))
+    diff = float(cells[2])
+    assert diff > 0 and 0 < lo < diff < hi and cells[4] == "100.0%"
+    # the same cosines: a zero difference; other pairs or no per-pair rows: named errors
+    assert "| base2 | " in sts_paired_table([base, sts(noisy)], ["base", "base2"])
+    with pytest.raises(ValueError, match="other: scored on other sentence pairs"):
+        sts_paired_table([base, sts(clean, gold[::-1].copy())], ["base", "other"])
+    old = RetrievalResult(dataset="stsb", split="test", config={}, scores={"Spearman": 1.0},
+                          cost={}, counts={}, versions={}, created=0.0)
+    with pytest.raises(ValueError, match="old: no per-pair cosines.*--overwrite"):
+        sts_paired_table([base, old], ["base", "old"])
+    with pytest.raises(ValueError, match="no per-pair 'cosine centred'.*--center-queries"):
+        sts_paired_table([base, better], ["base", "better"], metric="Spearman centred")

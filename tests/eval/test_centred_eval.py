@@ -17,7 +17,7 @@ from htp_retrieval.eval.centred import (
 )
 from htp_retrieval.eval.data import load_beir
 from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
-from htp_retrieval.eval.retrieval import run_retrieval, top_k_run
+from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval, top_k_run
 
 TOPICS = ["apples", "boats", "clouds", "drums", "eagles", "ferns"]
 
@@ -171,12 +171,24 @@ def test_sts_centred_on_a_sentence_sample_and_crossfit(tiny_dir, tmp_path: Path)
     assert res_x.scores["Spearman"] == pytest.approx(res.scores["Spearman"], abs=1e-9)
     # research's paired bootstrap: an STS result compares plain with centred over pairs,
     # and asking it for per-query rows says what to run instead
-    from research.paired import load_per_query, sts_centred_table
+    from research.paired import load_per_query, sts_centred_table, sts_paired_table
 
     res.save(tmp_path / "sts.json")
-    with pytest.raises(ValueError, match=r"sts\.json: an STS result.*--centred --metric Spearman"):
+    with pytest.raises(ValueError, match=r"sts\.json: an STS result.*--metric Spearman"):
         load_per_query(tmp_path / "sts.json")
     assert f"| {res.scores['Spearman']:.2f} |" in sts_centred_table([res], ["vm"])
+    # the stored per-pair cosines are the ones the scores correlate, and survive a save
+    back = RetrievalResult.load(tmp_path / "sts.json")
+    assert back.per_pair["gold"] == data.scores
+    for key, metric in (("cosine", "Spearman"), ("cosine centred", "Spearman centred")):
+        rho = 100 * spearmanr(back.per_pair[key], data.scores).statistic
+        assert rho == pytest.approx(res.scores[metric], abs=1e-9)
+    # pair by pair: the two centrings of one run differ only in the centred cosines
+    table = sts_paired_table([res, res_x], ["sample", "crossfit"], metric="Spearman centred")
+    diff = res_x.scores["Spearman centred"] - res.scores["Spearman centred"]
+    assert f"| crossfit | {res_x.scores['Spearman centred']:.2f} | {diff:+.2f} |" in table
+    assert "| crossfit | " + f"{res.scores['Spearman']:.2f} | +0.00 | [+0.00, +0.00] | 0.0% |" in (
+        sts_paired_table([res, res_x], ["sample", "crossfit"], metric="Spearman"))
 
 
 def test_cosine_scale_separates_relevant_pairs() -> None:
