@@ -412,6 +412,9 @@ def sts_centred_table(results: list[RetrievalResult], labels: list[str]) -> str:
 
 def _pair_column(res: RetrievalResult, metric: str, label: str) -> tuple[np.ndarray, np.ndarray]:
     key = {"Spearman": "cosine", "Spearman centred": "cosine centred"}[metric]
+    if "Spearman" not in res.scores:
+        raise ValueError(f"{label}: not an STS result (no Spearman); --metric {metric!r} "
+                         "compares STS results")
     if not res.per_pair:
         raise ValueError(f"{label}: no per-pair cosines (an STS result written before they "
                          "were recorded); rerun its eval command with --overwrite")
@@ -476,6 +479,12 @@ def cmd_paired(args: argparse.Namespace) -> int:
         if len(labels) != len(loaded) or len(set(labels)) != len(labels):
             raise ValueError(f"--labels: need {len(loaded)} distinct names, got {labels}")
         base, base_label = loaded[0], labels[0]
+        if sts and args.split_by:
+            raise ValueError("--split-by bins per-query rows; STS results have none (they "
+                             "compare pair by pair)")
+        if sts and args.centred and args.metric != "Spearman":
+            raise ValueError("--centred compares each STS result's plain with its centred "
+                             "Spearman: use --metric Spearman")
         if sts and args.centred:
             print(sts_centred_table(loaded, labels))
             return 0

@@ -119,3 +119,8 @@ def test_sts_paired_table_bootstraps_over_pairs() -> None:
         sts_paired_table([base, old], ["base", "old"])
     with pytest.raises(ValueError, match="no per-pair 'cosine centred'.*--center-queries"):
         sts_paired_table([base, better], ["base", "better"], metric="Spearman centred")
+    retrieval = RetrievalResult(dataset="scifact", split="test", config={},
+                                scores={"NDCG@10": 50.0}, cost={}, counts={}, versions={},
+                                created=0.0)
+    with pytest.raises(ValueError, match="ndcg: not an STS result"):
+        sts_paired_table([base, retrieval], ["base", "ndcg"])
