@@ -41,13 +41,17 @@ def dtype_table_rows(comps: Sequence[Comparison], dtypes: Sequence[str] = DTYPES
                      ) -> list[tuple[ResultSet, dict[str, Comparison]]]:
     """Shipped comparisons grouped by table: ``[(ResultSet, {dtype: Comparison})]`` in the
     order the sets first appear, keeping tables with a shipped row in at least one of
-    ``dtypes`` (the first such row per dtype)."""
+    ``dtypes``: per dtype the first such row, a plain run before one that also added
+    centred scores (:attr:`~htp_retrieval.eval.report.Comparison.score_only`), so adding a
+    centred run of the same settings never changes a cell that had a plain run."""
     rows: dict[int, tuple[ResultSet, dict[str, Comparison]]] = {}
     for c in comps:
         if not c.shipped or c.dtype not in dtypes:
             continue
         _, by = rows.setdefault(id(c.set), (c.set, {}))
-        by.setdefault(str(c.dtype), c)
+        have = by.get(str(c.dtype))
+        if have is None or (have.score_only and not c.score_only):
+            by[str(c.dtype)] = c
     return list(rows.values())
 
 

@@ -662,6 +662,10 @@ class Comparison:
     dtype: str | None = None
     """The compared row's weight dtype (``config["dtype"]``); its baseline has the same one
     where the set has it (:meth:`ResultSet.baseline_for`)."""
+    score_only: bool = False
+    """Whether the compared row also ran a setting that only adds scores
+    (:data:`SCORE_ONLY_KEYS`, e.g. ``eval --center-queries``); its plain scores are what a
+    run without it gives."""
 
     @property
     def diff(self) -> float:
@@ -696,7 +700,8 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
                 ndcg = (r.scores["NDCG@10"], base.scores["NDCG@10"])
             out.append(Comparison(rs, variant_label(r, rs.keys), score, r.scores[score],
                                   base.scores[score], is_shipped(r, rs.keys), ndcg,
-                                  r.config.get("dtype")))
+                                  r.config.get("dtype"),
+                                  any(r.config.get(k) for k in SCORE_ONLY_KEYS)))
     return out
 
 
