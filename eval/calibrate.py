@@ -480,6 +480,8 @@ def parse_long_data(text: str) -> list[tuple[str, int]]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Run ``htp-retrieval calibrate``: the coordinate search of this module on a validation
+    split, writing the preset JSON (refuses the test split unless ``--allow-test``)."""
     import torch
 
     from htp_retrieval.eval.data import load_beir, subsample

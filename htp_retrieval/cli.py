@@ -147,6 +147,7 @@ def _config_file(path: str, cmd: str) -> Any:
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
+    """``htp-retrieval layout``: print the placeholder layout one input gets (App. C)."""
     from htp_retrieval.encoder import HTPEncoder
 
     if args.config is not None:
@@ -175,6 +176,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_segmenters(args: argparse.Namespace) -> int:
+    """``htp-retrieval segmenters``: time each sentence segmenter on a BEIR corpus
+    (seconds, ms per document, sentences per document)."""
     import time
 
     from htp_retrieval.eval.data import load_beir
