@@ -520,6 +520,7 @@ def test_a_centring_sample_never_makes_a_row_off_default() -> None:
     ((_, by),) = dtype_table_rows(comps[:1])
     assert (by["float32"].value, by["float32"].base_value) == (22.0, 18.0)
 
+
 def test_seed_variants_read_as_seeds(tmp_path: Path) -> None:
     """Needle/passkey runs of several ``--seed`` values are labelled by seed, not by the
     whole generator record."""
