@@ -78,10 +78,11 @@ vanilla-mean (full depth, plain text without a chat template, its own padding ma
 VARIANT = "~"
 """``<method>~<options>``: the method with other speed-only settings (same vectors up to
 batch-shape rounding): ``sync`` (no pipeline thread), ``pipe`` (pipeline thread),
-``w<N>`` (``prepare_window=N``) and ``wa`` (``prepare_window="auto"``); e.g.
-``htp~pipewa``."""
+``w<N>`` (``prepare_window=N``), ``wa`` (``prepare_window="auto"``), ``p<N>``
+(``prepare_workers=N``: layout in N worker processes) and ``pa``
+(``prepare_workers="auto"``); e.g. ``htp~pipewa``, ``htp~p8``."""
 
-_VARIANT_OPTION = re.compile(r"sync|pipe|wa|w\d+")
+_VARIANT_OPTION = re.compile(r"sync|pipe|wa|w\d+|pa|p\d+")
 
 
 def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
@@ -93,7 +94,8 @@ def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
         for ``htp~pipew64``; ``(name, {})`` without ``~``.
 
     Raises:
-        ValueError: for an option that is not ``sync``, ``pipe``, ``w<N>`` or ``wa``.
+        ValueError: for an option that is not ``sync``, ``pipe``, ``w<N>``, ``wa``,
+            ``p<N>`` or ``pa``.
     """
     if VARIANT not in name:
         return name, {}
@@ -101,13 +103,18 @@ def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
     parts = _VARIANT_OPTION.findall(opts)
     if "".join(parts) != opts or not parts:
         raise ValueError(f"bench entry {name!r}: options after '~' are sync, pipe (the "
-                         "pipeline thread), w<N> and wa (prepare_window), e.g. htp~pipewa")
+                         "pipeline thread), w<N> and wa (prepare_window), p<N> and pa "
+                         "(prepare_workers), e.g. htp~pipewa or htp~p8")
     out: dict[str, Any] = {}
     for part in parts:
         if part in ("sync", "pipe"):
             out["pipeline"] = part == "pipe"
         elif part == "wa":
             out["prepare_window"] = "auto"
+        elif part == "pa":
+            out["prepare_workers"] = "auto"
+        elif part.startswith("p"):
+            out["prepare_workers"] = int(part[1:])
         else:
             out["prepare_window"] = int(part[1:])
     return method, out

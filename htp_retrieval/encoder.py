@@ -19,6 +19,7 @@ import queue
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +51,7 @@ from htp_retrieval.long_text import (
 from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import DEFAULT_MODEL, load_model
 from htp_retrieval.pooling import last_pool, mean_pool
+from htp_retrieval.prepare_pool import CHARS_PER_TOKEN, PreparePool, auto_workers, length_windows
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
 from htp_retrieval.segmentation import Segmenter, get_segmenter
 from htp_retrieval.st_format import STSettings, is_st_folder, read_st_folder
@@ -102,7 +104,7 @@ def resolve_config(
                                st_output_layer=-1 if st is not None else None, **settings)
 
 
-RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window")
+RUNTIME_KEYS = ("padding_side", "max_padding", "pipeline", "prepare_window", "prepare_workers")
 """Keyword settings of :class:`HTPEncoder` that change speed, never the vectors."""
 
 
@@ -124,6 +126,13 @@ PROMPTEOL_AFTER = '" means in one word:"'
 ECHO_BEFORE = "Rewrite the sentence:"
 ECHO_MIDDLE = ", rewritten sentence:"
 INSTRUCTION_FORMAT = "{instruction} Text:"
+
+
+@dataclass(frozen=True)
+class _ConfigOnly:
+    """Stand-in for the model in a worker's encoder copy: its config alone."""
+
+    config: Any
 
 
 @dataclass
@@ -263,10 +272,20 @@ def _offsets_array(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
     return flat.reshape(-1, 2)
 
 
+POOL_PENDING_BATCHES = 8
+"""With ``prepare_workers``: batches with room for more rows held back for later windows."""
 AUTO_WINDOW_BATCHES = 4
 """``prepare_window="auto"``: about this many batches' worth of text per window."""
-CHARS_PER_TOKEN = 4
-"""Characters per token assumed when sizing an automatic window (English BPE: about 4)."""
+
+
+def _check_workers(workers: Any) -> int | Literal["auto"]:
+    if workers is None:
+        return 0
+    if workers == "auto":
+        return "auto"
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"prepare_workers must be 'auto' or an int >= 0, got {workers!r}")
+    return workers
 
 
 def _check_window(window: Any) -> int | Literal["auto"] | None:
@@ -332,6 +351,11 @@ def truncation_warnings_off() -> Iterator[None]:
 
 
 _INDEX = re.compile(r"(text at index )(\d+)")
+
+
+def _remap_indices(message: str, indices: Sequence[int]) -> str:
+    """``message`` with each "text at index i" made "text at index indices[i]"."""
+    return _INDEX.sub(lambda m: f"{m.group(1)}{indices[int(m.group(2))]}", message)
 
 
 def _shift_indices(message: str, offset: int) -> str:
@@ -466,7 +490,10 @@ class HTPEncoder:
             runs; default off: on an H100 it was slower, docs/PERFORMANCE.md section 5),
             ``prepare_window`` (lay out this many
             texts at a time, or ``"auto"``: about four batches' worth, :func:`auto_windows`;
-            default all of a call).
+            default all of a call), ``prepare_workers`` (lay texts out in this many spawned
+            processes while the forward passes run, or ``"auto"``:
+            :func:`~htp_retrieval.prepare_pool.auto_workers`; default 0, in the calling
+            process; see :meth:`_encode_texts`).
 
     Raises:
         TypeError: for an unknown setting name (the message lists the valid ones).
@@ -558,6 +585,10 @@ class HTPEncoder:
         # off by default on every device: the thread needs the GIL for its Python work
         # while the forward loop needs it to queue kernels (measured, docs/PERFORMANCE.md)
         self.pipeline: bool = False if pipeline is None else bool(pipeline)
+        self.prepare_workers: int | Literal["auto"] = _check_workers(
+            runtime.get("prepare_workers"))
+        self._custom_segmenter = self._segmenter is not None
+        self._pool: PreparePool | None = None
         self._lock = threading.Lock()
         self.last_stats = EncodeStats()
         self._warned_positions = False
@@ -601,6 +632,9 @@ class HTPEncoder:
         self.template = self._template_ids()
         if old is not None and old.segmenter != cfg.segmenter:
             self._segmenter = None
+            self._custom_segmenter = False
+        if getattr(self, "_pool", None) is not None and old != cfg:
+            self.close()  # the workers hold the old config
         if old is not None and old.placeholder_init != cfg.placeholder_init:
             self._init_vec = None
 
@@ -626,6 +660,46 @@ class HTPEncoder:
     @max_length.setter
     def max_length(self, value: int) -> None:
         self.config = self._config.replace(max_length=value)
+
+    # ------------------------------------------------------------------ workers
+    def _layout_copy(self) -> HTPEncoder:
+        """A copy without the model's weights, for :class:`PreparePool` workers: the
+        tokenizer, config, method and ids :meth:`build_layouts` reads; ``model`` holds only
+        the model's config; a named segmenter is created again in the worker."""
+        copy = object.__new__(type(self))
+        skip = {"model", "_lock", "_init_vec", "last_stats", "_pool"}
+        copy.__dict__.update({k: v for k, v in self.__dict__.items() if k not in skip})
+        copy.model = _ConfigOnly(self.model.config)
+        copy._init_vec = None
+        copy._pool = None
+        copy.last_stats = EncodeStats()
+        copy._warned_positions = True  # the calling process warns
+        if not self._custom_segmenter:
+            copy._segmenter = None
+        return copy
+
+    def _workers(self) -> PreparePool | None:
+        """The worker pool of ``prepare_workers`` processes, started on first use."""
+        n = auto_workers() if self.prepare_workers == "auto" else self.prepare_workers
+        if n == 0:
+            return None
+        if self._pool is None or self._pool.workers != n:
+            self.close()
+            self._pool = PreparePool(self._layout_copy(), n)
+            weakref.finalize(self, self._pool.close)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the ``prepare_workers`` processes, if any (a later call starts them again)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> HTPEncoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ layout
     @property
@@ -1132,6 +1206,87 @@ class HTPEncoder:
                 yield [a + i for i in idx], inputs
                 begin = time.perf_counter()
 
+    def _pooled_batches(
+        self,
+        pool: PreparePool,
+        texts: Sequence[str],
+        *,
+        instruction: str | None,
+        batch_size: int,
+        max_tokens: int,
+        stats: EncodeStats,
+        origin: float = 0.0,
+    ) -> Iterator[tuple[list[int], BatchInputs]]:
+        """Batches in forward order, laid out by the worker processes of ``pool``.
+
+        The texts are cut into windows in order of length (:func:`length_windows`), all
+        queued at once (the workers lay them out in parallel), and collected in order; the
+        layouts received so far are cut into token-budget batches (:meth:`_batches`), and
+        the leading full batches (``batch_size`` rows, or no room for one more row) are
+        yielded at once; batches with room wait for later windows' texts, at most
+        :data:`POOL_PENDING_BATCHES` of them. So batches are close to those of the whole
+        call sorted at once, and the first starts after the first few windows.
+
+        ``stats`` gets the workers' step times (summed over workers: CPU time, not wall
+        time), their truncations in input indices, token counts and ``prepare_timeline``.
+
+        Raises:
+            ValueError: a worker's layout error, naming the text's index in ``texts``.
+        """
+        windows = length_windows(texts, max_tokens, self.max_length)
+        futures = [pool.submit([texts[i] for i in w], instruction) for w in windows]
+        pending: list[tuple[int, Layout]] = []
+        begin = time.perf_counter()
+
+        def emit(items: list[tuple[int, Layout]], final: bool
+                 ) -> Iterator[tuple[list[int], BatchInputs]]:
+            nonlocal begin
+            lengths = [len(lay) for _, lay in items]
+            budget = max(max_tokens, max(lengths))
+            cut = self._batches(lengths, batch_size, budget)
+            n_out = len(cut)
+            if not final:  # a batch with room may still get rows from later windows
+                n_out = 0
+                while n_out < len(cut) and (
+                        len(cut[n_out]) >= batch_size
+                        or (len(cut[n_out]) + 1) * lengths[cut[n_out][0]] > budget
+                        or len(cut) - n_out > POOL_PENDING_BATCHES):
+                    n_out += 1
+            keep = cut[:n_out]
+            for idx in keep:
+                t1 = time.perf_counter()
+                with torch.profiler.record_function("htp.inputs"):
+                    inputs = self._batch_inputs([items[i][1] for i in idx])
+                t2 = time.perf_counter()
+                stats.inputs_seconds += t2 - t1
+                stats.prepare_timeline.append((begin - origin, t2 - origin))
+                yield [items[i][0] for i in idx], inputs
+                begin = time.perf_counter()
+            if not final:
+                pending[:] = [items[i] for b in cut[n_out:] for i in b]
+
+        try:
+            for w, fut in zip(windows, futures):
+                t0 = time.perf_counter()
+                try:
+                    layouts, steps = fut.result()
+                except ValueError as e:
+                    raise ValueError(_remap_indices(str(e), w)) from e
+                stats.prepare_seconds += time.perf_counter() - t0
+                stats.tokenize_seconds += steps["tokenize_seconds"]
+                stats.segment_seconds += steps["segment_seconds"]
+                stats.layout_seconds += steps["layout_seconds"]
+                stats.truncated.extend((w[i], n) for i, n in steps["truncated"])
+                stats.text_tokens += sum(lay.n_text_tokens for lay in layouts)
+                stats.input_tokens += sum(len(lay) for lay in layouts)
+                self._check_positions(layouts)
+                yield from emit(pending + list(zip(w, layouts)), final=False)
+            if pending:
+                yield from emit(pending, final=True)
+        finally:
+            for fut in futures:
+                fut.cancel()
+
     def _window_layouts(
         self,
         texts: Sequence[str],
@@ -1380,6 +1535,13 @@ class HTPEncoder:
                 than one window they differ from the default batches (the vectors agree up
                 to floating-point rounding of the different batch shapes).
 
+        With the encoder's ``prepare_workers`` above 0 (and more than one text), texts are
+        laid out in that many worker processes (:class:`PreparePool`, started on the first
+        such call) while this process runs the forward passes (:meth:`_pooled_batches`);
+        ``prepare_window`` is then not used. Batches are cut from windows in order of
+        length, so they can differ slightly from the default batches (the vectors agree
+        up to rounding, as with ``prepare_window``).
+
         Returns:
             ``[n, hidden]`` float32 array (``[0, hidden]`` for no texts).
 
@@ -1408,11 +1570,13 @@ class HTPEncoder:
             step = n if window is None else window
             windows = [(a, min(a + step, n)) for a in range(0, n, step)]
         stats = EncodeStats(n_texts=n, pipelined=bool(pipeline))
-        source = self._prepared_batches(
-            texts, windows, instruction=instruction,
-            batch_size=batch_size or self.batch_size,
+        pool = self._workers() if n > 1 else None
+        batch_kw: dict[str, Any] = dict(
+            instruction=instruction, batch_size=batch_size or self.batch_size,
             max_tokens=max_tokens_per_batch or self.max_tokens_per_batch, stats=stats,
             origin=t0)
+        source = (self._pooled_batches(pool, texts, **batch_kw) if pool is not None
+                  else self._prepared_batches(texts, windows, **batch_kw))
         out = np.zeros((n, hidden_size), dtype=np.float32)
         from tqdm.auto import tqdm
 

@@ -208,6 +208,8 @@ def test_variant_entries() -> None:
     assert parse_variant("vanilla-mean~syncwa") == (
         "vanilla-mean", {"pipeline": False, "prepare_window": "auto"})
     assert parse_variant("tp-mean~pipe") == ("tp-mean", {"pipeline": True})
-    for bad in ("htp~", "htp~x2", "htp~w", "htp~p4"):
+    assert parse_variant("htp~p8") == ("htp", {"prepare_workers": 8})
+    assert parse_variant("htp~syncpa") == ("htp", {"pipeline": False, "prepare_workers": "auto"})
+    for bad in ("htp~", "htp~x2", "htp~w", "htp~q4"):
         with pytest.raises(ValueError, match="sync, pipe"):
             parse_variant(bad)
