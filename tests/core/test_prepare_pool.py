@@ -92,3 +92,20 @@ def test_prepare_workers_setting_checked(tiny_llama) -> None:  # noqa: ANN001
             HTPEncoder(model, "htp", tokenizer=tok, prepare_workers=bad)
     assert HTPEncoder(model, "htp", tokenizer=tok).prepare_workers == 0
     assert HTPEncoder(model, "htp", tokenizer=tok, prepare_workers="auto").prepare_workers == "auto"
+
+
+def test_unpicklable_segmenter_is_refused_with_the_fix(tiny_llama) -> None:  # noqa: ANN001
+    model, tok = tiny_llama
+
+    class LocalSegmenter:  # a local class cannot be pickled into a worker
+        name = "regex"  # the config records a known name
+
+        def sentence_starts(self, texts):  # noqa: ANN001, ANN201
+            return [[0] for _ in texts]
+
+    enc = HTPEncoder(model, "htp", tokenizer=tok, segmenter=LocalSegmenter(), prepare_workers=1)
+    with pytest.raises(ValueError, match="cannot be sent to a worker process.*prepare_workers=0"):
+        enc.encode(TEXTS[:3])
+    assert enc._pool is None
+    one = HTPEncoder(model, "htp", tokenizer=tok, segmenter=LocalSegmenter())
+    assert one.encode(TEXTS[:3]).shape[0] == 3  # in-process layout still works
