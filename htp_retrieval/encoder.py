@@ -1197,14 +1197,22 @@ class HTPEncoder:
             stats.input_tokens += sum(len(lay) for lay in layouts)
             lengths = [len(lay) for lay in layouts]
             for idx in self._batches(lengths, batch_size, max(max_tokens, max(lengths))):
-                t1 = time.perf_counter()
-                with torch.profiler.record_function("htp.inputs"):
-                    inputs = self._batch_inputs([layouts[i] for i in idx])
-                t2 = time.perf_counter()
-                stats.inputs_seconds += t2 - t1
-                stats.prepare_timeline.append((begin - origin, t2 - origin))
+                inputs = self._timed_inputs([layouts[i] for i in idx], stats, begin - origin,
+                                            origin)
                 yield [a + i for i in idx], inputs
                 begin = time.perf_counter()
+
+    def _timed_inputs(self, layouts: Sequence[Layout], stats: EncodeStats, start: float,
+                      origin: float) -> BatchInputs:
+        """:meth:`_batch_inputs`, its time added to ``stats.inputs_seconds`` and the batch's
+        preparation (from ``start``, seconds since ``origin``) to ``prepare_timeline``."""
+        t1 = time.perf_counter()
+        with torch.profiler.record_function("htp.inputs"):
+            inputs = self._batch_inputs(layouts)
+        t2 = time.perf_counter()
+        stats.inputs_seconds += t2 - t1
+        stats.prepare_timeline.append((start, t2 - origin))
+        return inputs
 
     def _pooled_batches(
         self,
@@ -1254,12 +1262,8 @@ class HTPEncoder:
                     n_out += 1
             keep = cut[:n_out]
             for idx in keep:
-                t1 = time.perf_counter()
-                with torch.profiler.record_function("htp.inputs"):
-                    inputs = self._batch_inputs([items[i][1] for i in idx])
-                t2 = time.perf_counter()
-                stats.inputs_seconds += t2 - t1
-                stats.prepare_timeline.append((begin - origin, t2 - origin))
+                inputs = self._timed_inputs([items[i][1] for i in idx], stats,
+                                            begin - origin, origin)
                 yield [items[i][0] for i in idx], inputs
                 begin = time.perf_counter()
             if not final:

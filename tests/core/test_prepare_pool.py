@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_pipeline import TEXTS as PIPELINE_TEXTS
 
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.prepare_pool import auto_workers, length_windows
 
-TEXTS = [
-    "Graphene is a single layer of carbon. It conducts heat well.",
-    "Short one.",
-    "A much longer text about proteins. They fold. Misfolding causes disease! "
-    "Chaperones help? Yes, they do. And more sentences follow here.",
-    "Cats sleep a lot. Dogs too.",
-    "The mitochondrion is the powerhouse of the cell.",
-    "One. Two. Three. Four. Five. Six. Seven. Eight.",
-    "No punctuation here at all",
-    "Vaccines train the immune system. Antibodies remain for years.",
-    "x",
-    "Quantum dots emit light. Their colour depends on size. Small dots are blue.",
-] * 3
+TEXTS = PIPELINE_TEXTS * 3
 
 
 def test_length_windows_cover_every_text_longest_first() -> None:

@@ -12,7 +12,7 @@ for name in names:
     shutil.copytree(src / name, out, dirs_exist_ok=True)
     cfg = AutoConfig.from_pretrained(out)
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(out)
     print(name, sum(p.numel() for p in model.parameters()), "parameters, random weights")
