@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_pipeline import TEXTS as PIPELINE_TEXTS
 
 from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.prepare_pool import auto_workers, length_windows
+from tests.core.test_pipeline import TEXTS as PIPELINE_TEXTS
 
 TEXTS = PIPELINE_TEXTS * 3
 
