@@ -51,7 +51,14 @@ from htp_retrieval.long_text import (
 from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import DEFAULT_MODEL, load_model
 from htp_retrieval.pooling import last_pool, mean_pool
-from htp_retrieval.prepare_pool import CHARS_PER_TOKEN, PreparePool, auto_workers, length_windows
+from htp_retrieval.prepare_pool import (
+    CHARS_PER_TOKEN,
+    PreparePool,
+    auto_workers,
+    capped_sizes,
+    cut_windows,
+    length_windows,
+)
 from htp_retrieval.rewiring import CopyPlan, base_model, decoder_layers, run_decoder
 from htp_retrieval.segmentation import Segmenter, get_segmenter
 from htp_retrieval.st_format import STSettings, is_st_folder, read_st_folder
@@ -315,18 +322,8 @@ def auto_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: in
         The windows, covering ``range(len(texts))`` in order.
     """
     budget = AUTO_WINDOW_BATCHES * max_tokens_per_batch * CHARS_PER_TOKEN
-    cap = max_length * 2 * CHARS_PER_TOKEN
-    windows: list[tuple[int, int]] = []
-    start, used = 0, 0
-    for i, t in enumerate(texts):
-        size = min(len(t), cap)
-        if i > start and used + size > budget:
-            windows.append((start, i))
-            start, used = i, 0
-        used += size
-    if texts:
-        windows.append((start, len(texts)))
-    return windows
+    groups = cut_windows(range(len(texts)), capped_sizes(texts, max_length), budget)
+    return [(g[0], g[-1] + 1) for g in groups]
 
 
 _TRUNCATION_MARK = "htp_truncation"

@@ -62,10 +62,22 @@ def length_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: 
     Returns:
         Lists of input indices; every index appears once.
     """
-    cap = max_length * 2 * CHARS_PER_TOKEN
-    sizes = [min(len(t), cap) for t in texts]
+    sizes = capped_sizes(texts, max_length)
     order = sorted(range(len(texts)), key=lambda i: -sizes[i])
     budget = max(1, max_tokens_per_batch * CHARS_PER_TOKEN // WINDOW_BATCH_SHARE)
+    return cut_windows(order, sizes, budget)
+
+
+def capped_sizes(texts: Sequence[str], max_length: int) -> list[int]:
+    """Characters per text for sizing windows, capped at ``max_length x 2 x
+    CHARS_PER_TOKEN`` (longer text is cut or windowed anyway)."""
+    cap = max_length * 2 * CHARS_PER_TOKEN
+    return [min(len(t), cap) for t in texts]
+
+
+def cut_windows(order: Sequence[int], sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Cut ``order`` (text indices) into consecutive groups of at most ``budget`` characters
+    of ``sizes``; a group holds at least one text."""
     windows: list[list[int]] = []
     cur: list[int] = []
     used = 0
