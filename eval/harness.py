@@ -36,7 +36,7 @@ from htp_retrieval.eval.chunk_eval import (
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
 from htp_retrieval.eval.naming import data_settings, result_file_name, run_identity, run_label
-from htp_retrieval.eval.retrieval import RetrievalResult, run_retrieval
+from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS, RetrievalResult, run_retrieval
 from htp_retrieval.eval.sts import StsData, load_sts, run_sts, sts_file
 from htp_retrieval.eval.synthetic import (
     DEFAULT_CONTEXT_LENGTHS,
@@ -130,7 +130,9 @@ class EvalSettings:
             ``run_eval (Python API) <time> pid <pid>``. Cost ratios pair results with the
             same command (timed by one call).
         show_progress_bar: tqdm bars.
-        chunk_size: Documents per corpus checkpoint chunk.
+        chunk_size: Documents per corpus checkpoint chunk at most.
+        chunk_chars: Characters per corpus checkpoint chunk at most (``None``: no limit;
+            :func:`~htp_retrieval.eval.retrieval.encode_corpus`).
         max_queries, max_docs, seed: Subsampling (and synthetic generation) settings; part
             of the result name.
         synthetic_tokenizer: Tokenizer that measured synthetic lengths (``None``: default).
@@ -179,6 +181,7 @@ class EvalSettings:
     command: str = ""
     show_progress_bar: bool = True
     chunk_size: int = 1024
+    chunk_chars: int | None = CHECKPOINT_CHARS
     max_queries: int = 0
     max_docs: int = 0
     seed: int = 0
@@ -690,7 +693,7 @@ def run_eval(items: Sequence[DataItem], settings: EvalSettings) -> list[Retrieva
                         enc, item.data, split=item.split,
                         show_progress_bar=settings.show_progress_bar,
                         checkpoint_dir=path.with_name(path.stem + ".partial"),
-                        chunk_size=settings.chunk_size,
+                        chunk_size=settings.chunk_size, chunk_chars=settings.chunk_chars,
                         metrics=SYNTHETIC_METRICS if item.context_length is not None else None,
                         **center)
                     if isinstance(item.data, SyntheticData):

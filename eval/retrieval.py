@@ -205,6 +205,11 @@ def _loadavg() -> float:
         return 0.0
 
 
+CHECKPOINT_CHARS = 500_000
+"""Default most characters per corpus checkpoint chunk (:func:`encode_corpus`), about
+125,000 tokens at 4 characters per token."""
+
+
 def _fingerprint(config: dict[str, Any], instruction: str | None, ids: list[str]) -> str:
     blob = json.dumps({"config": config, "instruction": instruction, "ids": ids}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -218,13 +223,15 @@ def encode_corpus(
     instruction: str | None = None,
     checkpoint_dir: str | Path | None = None,
     chunk_size: int = 1024,
+    chunk_chars: int | None = CHECKPOINT_CHARS,
     device: str = "cpu",
     show_progress_bar: bool = True,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Embed a corpus in length-sorted chunks, optionally checkpointing each chunk.
 
-    Texts are ordered by character length (longest first) and cut into chunks of
-    ``chunk_size``; each chunk is one :meth:`encode` call, so batches stay length-sorted.
+    Texts are ordered by character length (longest first) and cut into consecutive chunks
+    of at most ``chunk_size`` texts and ``chunk_chars`` characters (a longer text is a chunk
+    of its own); each chunk is one :meth:`encode` call, so batches stay length-sorted.
     With ``checkpoint_dir``, each finished chunk is written as ``chunk_NNNN.npz`` with its
     cost, under a fingerprint of the encoder config, instruction and ids; a rerun with the
     same fingerprint loads finished chunks instead of recomputing them, and a different
@@ -237,9 +244,13 @@ def encode_corpus(
         ids: Document ids, ``[n_docs]`` (part of the fingerprint).
         instruction: Document instruction.
         checkpoint_dir: Folder for chunk files (``None``: no checkpointing).
-        chunk_size: Documents per chunk. A resumed folder that holds finished chunks keeps
-            the chunk size they were cut with, so changing this never discards them; a
-            folder with no finished chunk yet takes the new size.
+        chunk_size: Documents per chunk at most. A resumed folder that holds finished
+            chunks keeps the ``chunk_size`` and ``chunk_chars`` they were cut with, so
+            changing either never discards them; a folder with no finished chunk yet takes
+            the new ones.
+        chunk_chars: Characters per chunk at most (``None``: no limit), so that a corpus
+            of long documents (needle/passkey at 8192 tokens: about 35,000 characters
+            each) is still checkpointed every few hundred thousand characters.
         device: Device string for :class:`PeakMemory`.
         show_progress_bar: One tqdm bar over documents.
 
@@ -250,12 +261,16 @@ def encode_corpus(
         ``forward_seconds``, ``peak_memory_bytes`` (max over chunks) and ``resumed_chunks``.
 
     Raises:
-        ValueError: if ``chunk_size`` is below 1.
+        ValueError: if ``chunk_size`` or ``chunk_chars`` is below 1.
     """
     from tqdm.auto import tqdm
 
+    from htp_retrieval.prepare_pool import cut_windows
+
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if chunk_chars is not None and chunk_chars < 1:
+        raise ValueError(f"chunk_chars must be >= 1 or None, got {chunk_chars}")
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckpt is not None:
         fp = _fingerprint(dict(encoder.record()), instruction, ids)
@@ -263,15 +278,18 @@ def encode_corpus(
         old = json.loads(meta.read_text()) if meta.exists() else {}
         if ckpt.exists() and old.get("fp") != fp:
             shutil.rmtree(ckpt)
-        elif (old.get("chunk_size") and old["chunk_size"] != chunk_size
-              and any(ckpt.glob("chunk_*.npz"))):
-            # Finished chunks were cut with the stored size: resume with it, losing nothing.
-            # (With no finished chunk yet, the requested size wins.)
-            chunk_size = int(old["chunk_size"])
+        elif old.get("chunk_size") and any(ckpt.glob("chunk_*.npz")):
+            # Finished chunks were cut with the stored limits: resume with them, losing
+            # nothing (a folder from before ``chunk_chars`` existed was cut by count only).
+            # With no finished chunk yet, the requested limits win.
+            chunk_size, chunk_chars = int(old["chunk_size"]), old.get("chunk_chars")
         with atomic_write(meta) as f:
-            f.write(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size}))
+            f.write(json.dumps({"fp": fp, "n_docs": len(ids), "chunk_size": chunk_size,
+                                "chunk_chars": chunk_chars}))
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
+    sizes = [len(t) for t in texts]
+    chunks = cut_windows(order, sizes, chunk_chars if chunk_chars is not None else sum(sizes),
+                         max_items=chunk_size)
     keys = ("seconds", "cpu_seconds", "text_tokens", "input_tokens", "padded_tokens",
             "prepare_seconds", "forward_seconds")
     cost: dict[str, Any] = dict.fromkeys(keys, 0)
@@ -324,6 +342,7 @@ def run_retrieval(
     show_progress_bar: bool = True,
     checkpoint_dir: str | Path | None = None,
     chunk_size: int = 1024,
+    chunk_chars: int | None = CHECKPOINT_CHARS,
     query_encoder: Any | None = None,
     metrics: Iterable[str] | None = None,
     center_queries: Sequence[str] | str | None = None,
@@ -342,7 +361,8 @@ def run_retrieval(
         show_progress_bar: tqdm bars over documents and queries.
         checkpoint_dir: If set, corpus embeddings are saved there chunk by chunk and an
             interrupted run resumes from the finished chunks (see :func:`encode_corpus`).
-        chunk_size: Documents per checkpoint chunk.
+        chunk_size: Documents per checkpoint chunk at most.
+        chunk_chars: Characters per checkpoint chunk at most (``None``: no limit).
         query_encoder: Encoder for the queries when it differs from the documents' (a
             query/document method pairing; its config is recorded as ``query_config``).
         metrics: pytrec_eval measures (default: :data:`~htp_retrieval.eval.metrics.
@@ -369,7 +389,8 @@ def run_retrieval(
     d_emb, dcost = encode_corpus(
         encoder, [data.doc_text(d) for d in dids], dids,
         instruction=document_instruction, checkpoint_dir=checkpoint_dir,
-        chunk_size=chunk_size, device=device, show_progress_bar=show_progress_bar,
+        chunk_size=chunk_size, chunk_chars=chunk_chars, device=device,
+        show_progress_bar=show_progress_bar,
     )
     c0 = time.process_time()
     qenc = query_encoder if query_encoder is not None else encoder

@@ -41,6 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         context_lengths = parse_list(args.context_lengths)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
+    chunk_chars = _chunk_chars(args.chunk_chars)
     config = _config_file(args.config, "eval") if args.config else None
     if args.methods is None:
         args.methods = config.method if config is not None else "vanilla-mean,htp"
@@ -81,7 +82,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
-        chunk_size=args.chunk_size, max_queries=args.max_queries, max_docs=args.max_docs,
+        chunk_size=args.chunk_size, chunk_chars=chunk_chars,
+        max_queries=args.max_queries, max_docs=args.max_docs,
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
         preset=_preset_arg(args, "eval"), chunkings=chunkings,
         chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap,
@@ -111,6 +113,15 @@ def _command(args: argparse.Namespace) -> str:
     """The command line that produced a result (``config["command"]``)."""
     argv = getattr(args, "argv", None)
     return "htp-retrieval " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+
+
+def _chunk_chars(value: int | None) -> int | None:
+    """``--chunk-chars``: unset gives the harness default, 0 no limit."""
+    from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS
+
+    if value is not None and value < 0:
+        raise SystemExit(f"htp-retrieval eval: --chunk-chars must be >= 0, got {value}")
+    return CHECKPOINT_CHARS if value is None else (value or None)
 
 
 def _preset_arg(args: argparse.Namespace, cmd: str) -> str | None:
@@ -372,7 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--chunk-size", type=int, default=1024,
-                   help="documents per corpus checkpoint chunk (an interrupted run resumes)")
+                   help="documents per corpus checkpoint chunk at most (an interrupted run "
+                   "resumes)")
+    p.add_argument("--chunk-chars", type=int, default=None,
+                   help="characters per corpus checkpoint chunk at most (default 500,000; "
+                   "0: no limit)")
     p.add_argument("--context-lengths", default=None,
                    help="needle/passkey context lengths in tokens, comma list "
                    "(default 256,512,1024,2048,4096,8192; up to 32768)")

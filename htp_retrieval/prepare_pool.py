@@ -75,14 +75,16 @@ def capped_sizes(texts: Sequence[str], max_length: int) -> list[int]:
     return [min(len(t), cap) for t in texts]
 
 
-def cut_windows(order: Sequence[int], sizes: Sequence[int], budget: int) -> list[list[int]]:
+def cut_windows(order: Sequence[int], sizes: Sequence[int], budget: int, *,
+                max_items: int | None = None) -> list[list[int]]:
     """Cut ``order`` (text indices) into consecutive groups of at most ``budget`` characters
-    of ``sizes``; a group holds at least one text."""
+    of ``sizes`` and at most ``max_items`` texts (``None``: any number); a group holds at
+    least one text."""
     windows: list[list[int]] = []
     cur: list[int] = []
     used = 0
     for i in order:
-        if cur and used + sizes[i] > budget:
+        if cur and (used + sizes[i] > budget or len(cur) == max_items):
             windows.append(cur)
             cur, used = [], 0
         cur.append(i)

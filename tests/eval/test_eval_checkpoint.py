@@ -76,11 +76,68 @@ def test_new_chunk_size_wins_when_no_chunk_is_finished(tiny_llama, tmp_path) -> 
     assert len(list(ckpt.glob("chunk_*.npz"))) == 3  # ceil(11 / 4)
 
 
+def test_long_documents_are_checkpointed_by_characters(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """A few long documents (needle/passkey at 8192 tokens) are cut by ``chunk_chars``
+    long before ``chunk_size`` documents, every chunk holds at least one document, and a
+    rerun resumes from the finished chunks to the same embeddings."""
+    import json
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    texts = [f"Document {i}. " + "It has words. " * (3 + 4 * i) for i in range(5)]
+    ids = [f"d{i}" for i in range(5)]
+    full, _ = encode_corpus(enc, texts, ids, chunk_chars=None, show_progress_bar=False)
+    ckpt = tmp_path / "ckpt"
+    budget = len(texts[-1]) + len(texts[-2]) - 1  # the longest text alone, then pairs at most
+    first, _ = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_chars=budget,
+                             show_progress_bar=False)
+    files = sorted(ckpt.glob("chunk_*.npz"))
+    sizes = [np.load(f)["emb"].shape[0] for f in files]
+    assert sizes[0] == 1 and sum(sizes) == 5 and len(files) >= 3
+    lengths = sorted((len(t) for t in texts), reverse=True)  # chunks follow this order
+    starts = np.cumsum([0, *sizes])
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        assert b - a == 1 or sum(lengths[a:b]) <= budget
+    meta = json.loads((ckpt / "meta.json").read_text())
+    assert (meta["chunk_size"], meta["chunk_chars"]) == (1024, budget)
+    np.testing.assert_allclose(first, full, atol=1e-5)
+    files[-1].unlink()
+    resumed, rcost = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_chars=10**9,
+                                   show_progress_bar=False)  # stored limits win
+    assert rcost["resumed_chunks"] == len(files) - 1
+    np.testing.assert_allclose(resumed, full, atol=1e-5)
+
+
+def test_folder_cut_by_count_only_resumes_by_count(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """A checkpoint folder written before ``chunk_chars`` existed (its meta.json has no
+    ``chunk_chars``) resumes cut by count alone, so no finished chunk is misread."""
+    import json
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
+    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    ids = [f"d{i}" for i in range(11)]
+    ckpt = tmp_path / "ckpt"
+    first, _ = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
+                             chunk_chars=None, show_progress_bar=False)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    del meta["chunk_chars"]
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    sorted(ckpt.glob("chunk_*.npz"))[-1].unlink()
+    resumed, rcost = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
+                                   chunk_chars=20, show_progress_bar=False)
+    assert rcost["resumed_chunks"] == 2
+    np.testing.assert_allclose(resumed, first, atol=1e-5)
+    assert len(list(ckpt.glob("chunk_*.npz"))) == 3
+
+
 def test_chunk_size_must_be_positive(tiny_llama) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
     with pytest.raises(ValueError, match="chunk_size"):
         encode_corpus(enc, ["a b."], ["d0"], chunk_size=0, show_progress_bar=False)
+    with pytest.raises(ValueError, match="chunk_chars"):
+        encode_corpus(enc, ["a b."], ["d0"], chunk_chars=0, show_progress_bar=False)
 
 
 def test_progress_is_reported_per_batch(tiny_llama) -> None:  # noqa: ANN001
