@@ -11,11 +11,16 @@ from htp_retrieval.encoder import HTPEncoder
 from htp_retrieval.eval.retrieval import encode_corpus, save_npz_atomic
 
 
+def _corpus() -> tuple[list[str], list[str]]:
+    """Eleven short documents of different lengths, and their ids."""
+    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    return texts, [f"d{i}" for i in range(11)]
+
+
 def test_resume_matches_uninterrupted(tiny_llama, tmp_path) -> None:  # noqa: ANN001
     model, tok = tiny_llama
     enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
-    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
-    ids = [f"d{i}" for i in range(11)]
+    texts, ids = _corpus()
     full, cost = encode_corpus(enc, texts, ids, chunk_size=4, show_progress_bar=False)
     assert cost["resumed_chunks"] == 0 and cost["text_tokens"] > 0
 
@@ -44,8 +49,7 @@ def test_resume_with_another_chunk_size_keeps_finished_chunks(tiny_llama, tmp_pa
     """A rerun with a different ``--chunk-size`` resumes with the stored size."""
     model, tok = tiny_llama
     enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
-    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
-    ids = [f"d{i}" for i in range(11)]
+    texts, ids = _corpus()
     ckpt = tmp_path / "ckpt"
     first, _ = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
                              show_progress_bar=False)
@@ -64,8 +68,7 @@ def test_new_chunk_size_wins_when_no_chunk_is_finished(tiny_llama, tmp_path) -> 
 
     model, tok = tiny_llama
     enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
-    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
-    ids = [f"d{i}" for i in range(11)]
+    texts, ids = _corpus()
     ckpt = tmp_path / "ckpt"
     encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=1024, show_progress_bar=False)
     for f in ckpt.glob("chunk_*.npz"):  # as if killed before the first chunk finished
@@ -115,8 +118,7 @@ def test_folder_cut_by_count_only_resumes_by_count(tiny_llama, tmp_path) -> None
 
     model, tok = tiny_llama
     enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, dtype="float32")
-    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
-    ids = [f"d{i}" for i in range(11)]
+    texts, ids = _corpus()
     ckpt = tmp_path / "ckpt"
     first, _ = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
                              chunk_chars=None, show_progress_bar=False)
@@ -144,7 +146,7 @@ def test_progress_is_reported_per_batch(tiny_llama) -> None:  # noqa: ANN001
     """A caller's bar moves after every batch, not only after a whole chunk of documents."""
     model, tok = tiny_llama
     enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32", batch_size=3)
-    texts = [f"Document {i}. " + "It has words. " * (i % 5 + 1) for i in range(11)]
+    texts, _ = _corpus()
     calls: list[int] = []
     enc.encode(texts, progress=calls.append)
     assert len(calls) == len(enc.last_stats.batches) >= 4  # at most 3 texts per batch
