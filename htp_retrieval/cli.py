@@ -41,7 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         context_lengths = parse_list(args.context_lengths)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
-    chunk_chars = _chunk_chars(args.chunk_chars)
+    chunk_chars = _chunk_chars(args)
     config = _config_file(args.config, "eval") if args.config else None
     if args.methods is None:
         args.methods = config.method if config is not None else "vanilla-mean,htp"
@@ -68,6 +68,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"htp-retrieval eval: --chunking/--chunk-tokens/--chunk-overlap/"
                          f"--late-window apply to evidence-span data (spans/{args.split}.jsonl) "
                          f"only; --data {args.data!r} has none")
+    given = [f for f, v in (("--chunk-size", args.chunk_size), ("--chunk-chars", args.chunk_chars))
+             if v is not None]
+    if given and not any(it.kind == "retrieval" for it in items):
+        print(f"htp-retrieval eval: {'/'.join(given)} not used: they cut a retrieval corpus "
+              f"into checkpoints and --data {args.data!r} has none (chunk-level evals "
+              f"checkpoint every 8 documents, STS-B does not checkpoint)", file=sys.stderr)
     for it in items:
         size = (f"{len(it.data)} pairs" if it.kind == "sts" else
                 f"{len(it.data.corpus)} documents, {len(it.data.queries)} queries")
@@ -82,7 +88,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
-        chunk_size=args.chunk_size, chunk_chars=chunk_chars,
+        chunk_size=1024 if args.chunk_size is None else args.chunk_size, chunk_chars=chunk_chars,
         max_queries=args.max_queries, max_docs=args.max_docs,
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
         preset=_preset_arg(args, "eval"), chunkings=chunkings,
@@ -115,10 +121,14 @@ def _command(args: argparse.Namespace) -> str:
     return "htp-retrieval " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
 
-def _chunk_chars(value: int | None) -> int | None:
-    """``--chunk-chars``: unset gives the harness default, 0 no limit."""
+def _chunk_chars(args: argparse.Namespace) -> int | None:
+    """``--chunk-chars`` (unset: the harness default, 0: no limit), after checking it and
+    ``--chunk-size``."""
     from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS
 
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise SystemExit(f"htp-retrieval eval: --chunk-size must be >= 1, got {args.chunk_size}")
+    value = args.chunk_chars
     if value is not None and value < 0:
         raise SystemExit(f"htp-retrieval eval: --chunk-chars must be >= 0, got {value}")
     return CHECKPOINT_CHARS if value is None else (value or None)
@@ -382,9 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--chunk-size", type=int, default=1024,
-                   help="documents per corpus checkpoint chunk at most (an interrupted run "
-                   "resumes)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="documents per corpus checkpoint chunk at most (default 1024; an "
+                   "interrupted run resumes)")
     p.add_argument("--chunk-chars", type=int, default=None,
                    help="characters per corpus checkpoint chunk at most (default 500,000; "
                    "0: no limit)")

@@ -131,6 +131,21 @@ def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
     assert "apply to evidence-span data" in out.stderr
 
 
+def test_corpus_checkpoint_flags_on_span_data_say_they_are_not_used(
+        tiny_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--chunk-size`` cuts a retrieval corpus into checkpoints; on evidence-span data
+    (checkpointed per 8 documents) the eval says it is not used, and runs."""
+    from htp_retrieval.cli import main
+
+    root = _toy(tmp_path / "toy")
+    out = tmp_path / "out"
+    assert main(["eval", "--model", tiny_dir, "--data", str(root), "--split", "dev",
+                 "--methods", "vanilla-mean", "--chunk-size", "10", "--quiet", "--dtype",
+                 "float32", "--output", str(out)]) == 0
+    assert "--chunk-size not used" in capsys.readouterr().err
+    assert len(list(out.rglob("vanilla-mean__*.json"))) == 1
+
+
 def _save_chunk_result(root: Path, method: str, chunking: str, corpus: float, doc: float,
                        dtype: str | None = None) -> None:
     """A chunk-level result of model ``m`` on qmsum dev under ``root``, as ``eval`` writes one."""

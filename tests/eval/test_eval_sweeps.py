@@ -237,6 +237,8 @@ def test_unknown_data_is_a_clear_cli_error(tmp_path) -> None:  # noqa: ANN001
         main(["eval", "--data", "passkey", "--max-length", "512,x"])
     with pytest.raises(SystemExit, match="--chunk-chars must be >= 0, got -1"):
         main(["eval", "--data", "passkey", "--chunk-chars", "-1"])
+    with pytest.raises(SystemExit, match="--chunk-size must be >= 1, got 0"):
+        main(["eval", "--data", "passkey", "--chunk-size", "0"])
 
 
 def test_bad_long_budget_is_a_clear_cli_error(capsys) -> None:  # noqa: ANN001
