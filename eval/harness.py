@@ -36,7 +36,12 @@ from htp_retrieval.eval.chunk_eval import (
 from htp_retrieval.eval.data import BeirData, load_beir, subsample
 from htp_retrieval.eval.longembed import LONGEMBED_HUB, load_longembed
 from htp_retrieval.eval.naming import data_settings, result_file_name, run_identity, run_label
-from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS, RetrievalResult, run_retrieval
+from htp_retrieval.eval.retrieval import (
+    CHECKPOINT_CHARS,
+    CHECKPOINT_DOCS,
+    RetrievalResult,
+    run_retrieval,
+)
 from htp_retrieval.eval.sts import StsData, load_sts, run_sts, sts_file
 from htp_retrieval.eval.synthetic import (
     DEFAULT_CONTEXT_LENGTHS,
@@ -180,7 +185,7 @@ class EvalSettings:
     overwrite: bool = False
     command: str = ""
     show_progress_bar: bool = True
-    chunk_size: int = 1024
+    chunk_size: int = CHECKPOINT_DOCS
     chunk_chars: int | None = CHECKPOINT_CHARS
     max_queries: int = 0
     max_docs: int = 0

@@ -205,6 +205,9 @@ def _loadavg() -> float:
         return 0.0
 
 
+CHECKPOINT_DOCS = 1024
+"""Default most documents per corpus checkpoint chunk (:func:`encode_corpus`)."""
+
 CHECKPOINT_CHARS = 500_000
 """Default most characters per corpus checkpoint chunk (:func:`encode_corpus`), about
 125,000 tokens at 4 characters per token."""
@@ -222,7 +225,7 @@ def encode_corpus(
     *,
     instruction: str | None = None,
     checkpoint_dir: str | Path | None = None,
-    chunk_size: int = 1024,
+    chunk_size: int = CHECKPOINT_DOCS,
     chunk_chars: int | None = CHECKPOINT_CHARS,
     device: str = "cpu",
     show_progress_bar: bool = True,
@@ -288,8 +291,7 @@ def encode_corpus(
                                 "chunk_chars": chunk_chars}))
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     sizes = [len(t) for t in texts]
-    chunks = cut_windows(order, sizes, chunk_chars if chunk_chars is not None else sum(sizes),
-                         max_items=chunk_size)
+    chunks = cut_windows(order, sizes, chunk_chars, max_items=chunk_size)
     keys = ("seconds", "cpu_seconds", "text_tokens", "input_tokens", "padded_tokens",
             "prepare_seconds", "forward_seconds")
     cost: dict[str, Any] = dict.fromkeys(keys, 0)
@@ -341,7 +343,7 @@ def run_retrieval(
     document_instruction: str | None = None,
     show_progress_bar: bool = True,
     checkpoint_dir: str | Path | None = None,
-    chunk_size: int = 1024,
+    chunk_size: int = CHECKPOINT_DOCS,
     chunk_chars: int | None = CHECKPOINT_CHARS,
     query_encoder: Any | None = None,
     metrics: Iterable[str] | None = None,

@@ -41,7 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         context_lengths = parse_list(args.context_lengths)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
-    chunk_chars = _chunk_chars(args)
+    chunk_size, chunk_chars = _checkpoint_limits(args)
     config = _config_file(args.config, "eval") if args.config else None
     if args.methods is None:
         args.methods = config.method if config is not None else "vanilla-mean,htp"
@@ -88,7 +88,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         padding_side=args.padding_side, batch_size=args.batch_size,
         max_tokens_per_batch=args.max_tokens_per_batch, output=args.output,
         overwrite=args.overwrite, command=_command(args), show_progress_bar=not args.quiet,
-        chunk_size=1024 if args.chunk_size is None else args.chunk_size, chunk_chars=chunk_chars,
+        chunk_size=chunk_size, chunk_chars=chunk_chars,
         max_queries=args.max_queries, max_docs=args.max_docs,
         seed=args.seed, synthetic_tokenizer=args.synthetic_tokenizer, verbose=args.verbose,
         preset=_preset_arg(args, "eval"), chunkings=chunkings,
@@ -121,17 +121,19 @@ def _command(args: argparse.Namespace) -> str:
     return "htp-retrieval " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
 
-def _chunk_chars(args: argparse.Namespace) -> int | None:
-    """``--chunk-chars`` (unset: the harness default, 0: no limit), after checking it and
-    ``--chunk-size``."""
-    from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS
+def _checkpoint_limits(args: argparse.Namespace) -> tuple[int, int | None]:
+    """``(--chunk-size, --chunk-chars)`` after checking them; unset: the harness defaults
+    (:data:`~htp_retrieval.eval.retrieval.CHECKPOINT_DOCS`, ``CHECKPOINT_CHARS``), 0
+    characters: no limit."""
+    from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS, CHECKPOINT_DOCS
 
-    if args.chunk_size is not None and args.chunk_size < 1:
-        raise SystemExit(f"htp-retrieval eval: --chunk-size must be >= 1, got {args.chunk_size}")
-    value = args.chunk_chars
-    if value is not None and value < 0:
-        raise SystemExit(f"htp-retrieval eval: --chunk-chars must be >= 0, got {value}")
-    return CHECKPOINT_CHARS if value is None else (value or None)
+    size, chars = args.chunk_size, args.chunk_chars
+    if size is not None and size < 1:
+        raise SystemExit(f"htp-retrieval eval: --chunk-size must be >= 1, got {size}")
+    if chars is not None and chars < 0:
+        raise SystemExit(f"htp-retrieval eval: --chunk-chars must be >= 0, got {chars}")
+    return (CHECKPOINT_DOCS if size is None else size,
+            CHECKPOINT_CHARS if chars is None else (chars or None))
 
 
 def _preset_arg(args: argparse.Namespace, cmd: str) -> str | None:

@@ -75,16 +75,17 @@ def capped_sizes(texts: Sequence[str], max_length: int) -> list[int]:
     return [min(len(t), cap) for t in texts]
 
 
-def cut_windows(order: Sequence[int], sizes: Sequence[int], budget: int, *,
+def cut_windows(order: Sequence[int], sizes: Sequence[int], budget: int | None, *,
                 max_items: int | None = None) -> list[list[int]]:
     """Cut ``order`` (text indices) into consecutive groups of at most ``budget`` characters
-    of ``sizes`` and at most ``max_items`` texts (``None``: any number); a group holds at
-    least one text."""
+    of ``sizes`` (``None``: any number) and at most ``max_items`` texts (``None``: any
+    number); a group holds at least one text."""
     windows: list[list[int]] = []
     cur: list[int] = []
     used = 0
     for i in order:
-        if cur and (used + sizes[i] > budget or len(cur) == max_items):
+        if cur and ((budget is not None and used + sizes[i] > budget)
+                    or len(cur) == max_items):
             windows.append(cur)
             cur, used = [], 0
         cur.append(i)

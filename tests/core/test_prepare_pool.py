@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from htp_retrieval.encoder import HTPEncoder
-from htp_retrieval.prepare_pool import auto_workers, length_windows
+from htp_retrieval.prepare_pool import auto_workers, cut_windows, length_windows
 from tests.core.test_pipeline import TEXTS as PIPELINE_TEXTS
 
 TEXTS = PIPELINE_TEXTS * 3
@@ -25,6 +25,17 @@ def test_length_windows_cover_every_text_longest_first() -> None:
         assert len(w) == 1 or sum(min(len(texts[i]), 800) for i in w) <= budget
     assert length_windows([], 64, 100) == []
     assert 1 <= auto_workers() <= 8
+
+
+def test_cut_windows_limits_characters_and_items_each_optional() -> None:
+    sizes = [50, 40, 30, 20, 10, 200]
+    order = [5, 0, 1, 2, 3, 4]
+    # a text over the character budget is a group of its own; groups keep the order
+    assert cut_windows(order, sizes, 60) == [[5], [0], [1], [2, 3, 4]]
+    assert cut_windows(order, sizes, None, max_items=4) == [[5, 0, 1, 2], [3, 4]]
+    assert cut_windows(order, sizes, 100, max_items=2) == [[5], [0, 1], [2, 3], [4]]
+    assert cut_windows(order, sizes, None) == [order]
+    assert cut_windows([], sizes, None) == []
 
 
 @pytest.mark.parametrize("method", ["htp", "vanilla-mean"])
