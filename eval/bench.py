@@ -1067,7 +1067,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     Every setting cuts its texts to its length on purpose (the docs say so), so the
     encoder's per-call truncation warning is filtered while it runs (and only then).
     """
-    from htp_retrieval.encoder import truncation_warnings_off
+    from htp_retrieval.long_text import truncation_warnings_off
 
     with truncation_warnings_off():
         return _run_bench(args)

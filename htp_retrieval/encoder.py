@@ -44,9 +44,11 @@ from htp_retrieval.layout import (
     token_sentence_array,
 )
 from htp_retrieval.long_text import (
+    TRUNCATION_MARK,
     block_starts_for_chunks,
     late_windows,
     overlapping_windows,
+    truncation_warnings_off,
 )
 from htp_retrieval.methods import MethodSpec, get_method
 from htp_retrieval.models import DEFAULT_MODEL, load_model
@@ -324,27 +326,6 @@ def auto_windows(texts: Sequence[str], max_tokens_per_batch: int, max_length: in
     budget = AUTO_WINDOW_BATCHES * max_tokens_per_batch * CHARS_PER_TOKEN
     groups = cut_windows(range(len(texts)), capped_sizes(texts, max_length), budget)
     return [(g[0], g[-1] + 1) for g in groups]
-
-
-_TRUNCATION_MARK = "htp_truncation"
-"""Attribute set on the encoder's truncation warning records (:func:`truncation_warnings_off`)."""
-
-
-def _not_truncation(record: logging.LogRecord) -> bool:
-    return not getattr(record, _TRUNCATION_MARK, False)
-
-
-@contextlib.contextmanager
-def truncation_warnings_off() -> Iterator[None]:
-    """Drop the encoder's per-call truncation warnings while the block runs (other warnings
-    pass), for callers that cut texts on purpose or report truncation themselves: the
-    bench truncates every setting to its length; ``ingest`` names truncated documents by
-    id in its report. The filter is removed on exit, also on errors."""
-    logger.addFilter(_not_truncation)
-    try:
-        yield
-    finally:
-        logger.removeFilter(_not_truncation)
 
 
 _INDEX = re.compile(r"(text at index )(\d+)")
@@ -1490,7 +1471,7 @@ class HTPEncoder:
         logger.warning(
             "truncated %d of %d texts to max_length=%d tokens: %s%s (pass overflow='window' "
             "to embed them whole)", len(cut), stats.n_texts, self.max_length, named, more,
-            extra={_TRUNCATION_MARK: True})
+            extra={TRUNCATION_MARK: True})
 
     def _encode_texts(
         self,
@@ -1837,4 +1818,5 @@ class HTPEncoder:
         }
 
 
-__all__ = ["HTPEncoder", "resolve_config", "EncodeStats", "PST", "BPST", "base_model"]
+__all__ = ["HTPEncoder", "resolve_config", "EncodeStats", "PST", "BPST", "base_model",
+           "truncation_warnings_off"]

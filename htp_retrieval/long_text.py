@@ -6,7 +6,9 @@ uses them for ``overflow="window"`` and :meth:`~htp_retrieval.HTPEncoder.encode_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,6 +166,37 @@ def block_starts_for_chunks(ranges: Sequence[tuple[int, int]], n_tokens: int) ->
     return starts
 
 
+
+
+
+TRUNCATION_MARK = "htp_truncation"
+"""Attribute the encoder sets on its truncation warning records
+(:func:`truncation_warnings_off`)."""
+
+ENCODER_LOGGER = "htp_retrieval.encoder"
+"""Name of the logger that carries the encoder's truncation warnings."""
+
+
+def _not_truncation(record: logging.LogRecord) -> bool:
+    return not getattr(record, TRUNCATION_MARK, False)
+
+
+@contextlib.contextmanager
+def truncation_warnings_off() -> Iterator[None]:
+    """Drop the encoder's per-call truncation warnings while the block runs (other warnings
+    pass), for callers that cut texts on purpose or report truncation themselves: the
+    bench truncates every setting to its length; ``ingest`` names truncated documents by
+    id in its report. The filter is removed on exit, also on errors. Importing this does
+    not import torch."""
+    log = logging.getLogger(ENCODER_LOGGER)
+    log.addFilter(_not_truncation)
+    try:
+        yield
+    finally:
+        log.removeFilter(_not_truncation)
+
+
 __all__ = ["Overflow", "OVERFLOWS", "Window", "LateWindow", "default_max_length",
            "overlapping_windows", "late_windows", "block_starts_for_chunks",
-           "MAX_DEFAULT_LENGTH", "LAYOUT_RESERVE", "WINDOW_MARGIN"]
+           "MAX_DEFAULT_LENGTH", "LAYOUT_RESERVE", "WINDOW_MARGIN",
+           "truncation_warnings_off", "TRUNCATION_MARK"]

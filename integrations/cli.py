@@ -178,7 +178,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     """
     if args.quiet:
         quiet_loading()
-    from htp_retrieval.encoder import truncation_warnings_off
+    from htp_retrieval.long_text import truncation_warnings_off
 
     # the encoder's warnings name batch indices; the ingest report names documents by id
     with truncation_warnings_off():
@@ -200,6 +200,10 @@ def _ingest(args: argparse.Namespace) -> int:
 
     check_collection_name(args.collection)
     check_documents(args.source, args.include)
+    if args.method is not None:
+        from htp_retrieval.methods import get_method
+
+        get_method(args.method)  # a misspelt name fails before torch is imported
     from htp_retrieval.centering import read_query_file
 
     queries = read_query_file(args.center_queries) if args.center_queries else None

@@ -98,20 +98,20 @@ def test_calibrate_cli_writes_loadable_preset(tmp_path) -> None:
 
 
 @pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")
-def test_calibrate_resumes_from_its_trial_journal(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_calibrate_resumes_from_its_trial_journal(tmp_path, capsys, tiny_dir) -> None:  # noqa: ANN001
     """An interrupted calibration resumes: scored trials are read back from the journal
     (a line torn by the kill is dropped), their seconds count against the budget, and a
-    journal of other data is refused by name."""
+    journal of other data is refused by name. (Logic only: a tiny random model.)"""
     from htp_retrieval.cli import main
 
     out = tmp_path / "smol.json"
-    args = ["calibrate", "--data", SCIFACT, "--max-queries", "4", "--max-docs", "12",
-            "--output", str(out)]
+    args = ["calibrate", "--model", tiny_dir, "--data", SCIFACT, "--max-queries", "4",
+            "--max-docs", "12", "--output", str(out)]
     assert main([*args, "--budget-minutes", "0"]) == 0
     journal = tmp_path / "smol.trials.jsonl"  # default: next to the preset
     lines = journal.read_text().splitlines()
     header = json.loads(lines[0])
-    assert header["model"] == "smollm2-135m-instruct" and header["data"]["n_docs"] == 12
+    assert header["model"] == tiny_dir and header["data"]["n_docs"] == 12
     assert sum('"vanilla"' in x and '"trial"' not in x for x in lines[1:]) == 1
     (first,) = [json.loads(x)["trial"] for x in lines if x.startswith('{"trial"')]
     first_preset = json.loads(out.read_text())
@@ -131,8 +131,8 @@ def test_calibrate_resumes_from_its_trial_journal(tmp_path, capsys) -> None:  # 
     after = journal.read_text().splitlines()
     assert len(after) == len(lines) and all(json.loads(x) for x in after)  # torn line gone
     with pytest.raises(SystemExit, match="another calibration"):
-        main(["calibrate", "--data", SCIFACT, "--max-queries", "4", "--max-docs", "13",
-              "--output", str(out)])
+        main(["calibrate", "--model", tiny_dir, "--data", SCIFACT, "--max-queries", "4",
+              "--max-docs", "13", "--output", str(out)])
     assert main([*args, "--budget-minutes", "0", "--fresh"]) == 0
     assert "resuming" not in capsys.readouterr().err
     assert json.loads(out.read_text())["trials"][0]["seconds"] < 1e6
@@ -170,21 +170,11 @@ def test_min_block_tokens_caps_placeholder_density(tiny_llama) -> None:  # noqa:
         HTPEncoder(model, "htp", tokenizer=tok, min_block_tokens=-4)
 
 
-@pytest.fixture()
-def one_thread():  # noqa: ANN201
-    """SmolLM2 on a few documents runs fastest on one thread (no fight with a busy machine)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.skipif(not os.path.isdir(SCIFACT), reason="shared SciFact data not present")
-def test_calibrate_long_budget_axis_on_long_documents(tmp_path, one_thread) -> None:  # noqa: ANN001
+def test_calibrate_long_budget_axis_on_long_documents(tmp_path, tiny_dir) -> None:  # noqa: ANN001
     """With long validation documents the search ends with the long-budget axis, scored
-    there (at their length) against vanilla-mean, and the preset carries its choice."""
+    there (at their length) against vanilla-mean, and the preset carries its choice.
+    (Logic only: a tiny random model with SmolLM2's tokenizer.)"""
     from htp_retrieval.cli import main
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.calibrate import (
@@ -204,7 +194,7 @@ def test_calibrate_long_budget_axis_on_long_documents(tmp_path, one_thread) -> N
         (item,) = resolve_data("passkey", seed=1, context_lengths=[n], max_docs=2,
                                max_queries=2)
         sets.append(LongSet(f"passkey-{n}-seed1", item.data, n))
-    cal = calibrate("smollm2-135m-instruct", data, split="train", budget_seconds=3600,
+    cal = calibrate(tiny_dir, data, split="train", budget_seconds=3600,
                     rounds=0, long_sets=sets)
     assert isinstance(cal, Calibration)
     main_trials = [t for t in cal.trials if not t["long"]]
@@ -227,15 +217,15 @@ def test_calibrate_long_budget_axis_on_long_documents(tmp_path, one_thread) -> N
     assert parse_long_data("needle:2048, passkey:512") == [("needle", 2048), ("passkey", 512)]
     item = sets[0].data
     # block budgets really differ on these documents: 4 blocks vs none (32 under T = 64)
-    enc4 = HTPEncoder("smollm2-135m-instruct", "htp", max_length=1100, long_budget=[1024, 4])
-    enc0 = HTPEncoder("smollm2-135m-instruct", "htp", max_length=1100, long_budget=0)
+    enc4 = HTPEncoder(tiny_dir, "htp", max_length=1100, long_budget=[1024, 4])
+    enc0 = HTPEncoder(tiny_dir, "htp", max_length=1100, long_budget=0)
     doc = next(iter(item.corpus.values()))
     text = doc if isinstance(doc, str) else doc.get("text", "")
     assert len(enc4.build_layouts([text])[0].pst_positions) == 4
     assert len(enc0.build_layouts([text])[0].pst_positions) > 4
     out = tmp_path / "p.json"
     cal.save(out)
-    assert HTPEncoder("smollm2-135m-instruct", "htp", preset=out).long_budget == (
+    assert HTPEncoder(tiny_dir, "htp", preset=out).long_budget == (
         None if cal.best["long_budget"] == 0 else tuple(cal.best["long_budget"]))
     # the test seed and malformed specs are refused before any model work
     with pytest.raises(SystemExit, match="test data"):

@@ -20,18 +20,19 @@ pytestmark = [
 ]
 
 # Measured with `htp-retrieval eval --data ../shared/data/beir/scifact --methods
-# vanilla-mean,htp --max-queries 30 --max-docs 200` (bf16, sentencizer, K=1, block-mean
-# summaries, copies before layers 1-14): htp NDCG@10 46.11, vanilla-mean 43.92. The floor
-# sits just below HTP and above vanilla-mean, so a regression (or losing the HTP gain) fails.
-HTP_NDCG10_FLOOR = 44.5
+# vanilla-mean,htp --max-queries 30 --max-docs 100 --seed 0 --dtype D` (the shipped llama
+# preset; Intel Xeon, 2 threads): float32 htp NDCG@10 60.41, vanilla-mean 56.46; bfloat16
+# htp 60.41, vanilla-mean 57.46. The floor sits between HTP and vanilla-mean in both dtypes
+# (`dtype="auto"` picks one per CPU), so a regression (or losing the HTP gain) fails.
+HTP_NDCG10_FLOOR = 59.0
 
 
 def test_htp_on_scifact_subset_clears_floor() -> None:
-    data = subsample(load_beir(SCIFACT, "test"), n_queries=30, n_docs=200, seed=0)
+    data = subsample(load_beir(SCIFACT, "test"), n_queries=30, n_docs=100, seed=0)
     enc = HTPEncoder("smollm2-135m-instruct", "htp")
     res = run_retrieval(enc, data, show_progress_bar=False)
     assert {k: res.counts[k] for k in ("n_docs", "n_queries")} == \
-        {"n_docs": 200, "n_queries": 30}
+        {"n_docs": 100, "n_queries": 30}
     assert 1 <= res.counts["rank1_docs"] <= 30
     assert res.scores["NDCG@10"] >= HTP_NDCG10_FLOOR, res.scores
     assert res.cost["encode_seconds"] > 0 and res.cost["tokens_per_second"] > 0
