@@ -33,3 +33,40 @@ def test_checkout_subpackages_import_without_the_editable_finder() -> None:
     assert Path(pkg) == ROOT / "htp_retrieval" / "__init__.py"
     assert Path(harness) == ROOT / "eval" / "harness.py"
     assert Path(integrations) == ROOT / "integrations" / "__init__.py"
+
+
+LAZY = """
+import sys
+import htp_retrieval
+assert "torch" not in sys.modules, "import htp_retrieval imported torch"
+assert set(htp_retrieval.__all__) <= set(dir(htp_retrieval))
+try:
+    htp_retrieval.HTPEncodr
+except AttributeError as e:
+    print(e)
+from htp_retrieval import DEFAULT_MODEL, HTPEncoder
+print(DEFAULT_MODEL, HTPEncoder.__module__, "torch" in sys.modules)
+from htp_retrieval.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+"""
+
+
+def test_public_names_import_on_first_use() -> None:
+    """``import htp_retrieval`` (and so the CLI's ``--help`` and argument errors) does not
+    import torch; each public name imports its module when first used."""
+    out = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "module 'htp_retrieval' has no attribute 'HTPEncodr'"
+    assert lines[1] == "smollm2-135m-instruct htp_retrieval.encoder True"
+    assert "usage: htp-retrieval" in out.stdout
+    help_only = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom htp_retrieval.cli import main\n"
+         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+         "print('torch' in sys.modules)"], capture_output=True, text=True, cwd=ROOT,
+        timeout=300)
+    assert help_only.stdout.strip().splitlines()[-1] == "False", help_only.stderr[-2000:]
