@@ -394,12 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from htp_retrieval.eval.retrieval import CHECKPOINT_CHARS, CHECKPOINT_DOCS
+
     p.add_argument("--chunk-size", type=int, default=None,
-                   help="documents per corpus checkpoint chunk at most (default 1024; an "
-                   "interrupted run resumes)")
+                   help=f"documents per corpus checkpoint chunk at most (default "
+                   f"{CHECKPOINT_DOCS}; an interrupted run resumes)")
     p.add_argument("--chunk-chars", type=int, default=None,
-                   help="characters per corpus checkpoint chunk at most (default 500,000; "
-                   "0: no limit)")
+                   help=f"characters per corpus checkpoint chunk at most (default "
+                   f"{CHECKPOINT_CHARS:,}; 0: no limit)")
     p.add_argument("--context-lengths", default=None,
                    help="needle/passkey context lengths in tokens, comma list "
                    "(default 256,512,1024,2048,4096,8192; up to 32768)")
