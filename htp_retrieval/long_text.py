@@ -166,9 +166,6 @@ def block_starts_for_chunks(ranges: Sequence[tuple[int, int]], n_tokens: int) ->
     return starts
 
 
-
-
-
 TRUNCATION_MARK = "htp_truncation"
 """Attribute the encoder sets on its truncation warning records
 (:func:`truncation_warnings_off`)."""
