@@ -25,7 +25,9 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from htp_retrieval.models import DEFAULT_MODEL, PACKAGED, load_model
 
 # Public names, imported on first use (PEP 562): ``import htp_retrieval`` and the CLI's
-# ``--help`` and argument errors do not pay for importing torch and transformers.
+# ``--help`` and argument errors do not pay for importing torch and transformers. The
+# static ``__all__`` below (for linters and type checkers) lists the same names;
+# tests/core/test_package.py checks that they agree.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Centering", "fit_centering"), "htp_retrieval.centering"),
     **dict.fromkeys(("BlockPolicy", "HTPConfig", "LayerRange"), "htp_retrieval.config"),

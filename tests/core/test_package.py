@@ -40,6 +40,7 @@ import sys
 import htp_retrieval
 assert "torch" not in sys.modules, "import htp_retrieval imported torch"
 assert set(htp_retrieval.__all__) <= set(dir(htp_retrieval))
+assert sorted(htp_retrieval.__all__) == sorted([*htp_retrieval._EXPORTS, "__version__"])
 try:
     htp_retrieval.HTPEncodr
 except AttributeError as e:
