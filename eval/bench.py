@@ -25,7 +25,7 @@ and a 200-character warm-up, on CPU it is the peak of the anonymous resident mem
 (sampled every millisecond; memory-mapped weights left out) minus its level before the
 run, with the kernel's ``VmHWM`` peak of the whole resident set kept beside it; on CUDA,
 ``torch.cuda.max_memory_allocated`` minus the allocation before the run.
-Where time goes comes from :class:`~htp_retrieval.encoder.EncodeStats` (tokenization,
+Where time goes comes from :class:`~htp_retrieval.pipeline.EncodeStats` (tokenization,
 segmentation, layout, forward, copy hooks, pooling) and, with ``--profile``, from
 ``torch.profiler`` (top operators and the ``htp.*`` regions).
 
@@ -581,7 +581,7 @@ class Bench:
         """Time the preparation alone (:meth:`HTPEncoder.build_layouts`: tokenize,
         segment, lay out) of ``method`` on ``texts``; ``stats`` holds the token counts and
         the per-step seconds."""
-        from htp_retrieval.encoder import EncodeStats
+        from htp_retrieval.pipeline import EncodeStats
 
         enc = self.encoders[method]
         st = EncodeStats(n_texts=len(texts))

@@ -20,9 +20,10 @@ if not (_Path(__file__).parent / "eval").is_dir() and (_root / "eval" / "__init_
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from htp_retrieval.centering import Centering, fit_centering
     from htp_retrieval.config import BlockPolicy, HTPConfig, LayerRange
-    from htp_retrieval.encoder import BPST, PST, EncodeStats, HTPEncoder
+    from htp_retrieval.encoder import BPST, PST, HTPEncoder
     from htp_retrieval.methods import ALIASES, METHODS, MethodSpec, get_method
     from htp_retrieval.models import DEFAULT_MODEL, PACKAGED, load_model
+    from htp_retrieval.pipeline import EncodeStats
 
 # Public names, imported on first use (PEP 562): ``import htp_retrieval`` and the CLI's
 # ``--help`` and argument errors do not pay for importing torch and transformers. The
@@ -31,7 +32,8 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Centering", "fit_centering"), "htp_retrieval.centering"),
     **dict.fromkeys(("BlockPolicy", "HTPConfig", "LayerRange"), "htp_retrieval.config"),
-    **dict.fromkeys(("BPST", "PST", "EncodeStats", "HTPEncoder"), "htp_retrieval.encoder"),
+    **dict.fromkeys(("BPST", "PST", "HTPEncoder"), "htp_retrieval.encoder"),
+    "EncodeStats": "htp_retrieval.pipeline",
     **dict.fromkeys(("ALIASES", "METHODS", "MethodSpec", "get_method"), "htp_retrieval.methods"),
     **dict.fromkeys(("DEFAULT_MODEL", "PACKAGED", "load_model"), "htp_retrieval.models"),
 }

@@ -118,7 +118,7 @@ def _ready(seconds: float) -> int:
 
 def _prepare(texts: list[str], instruction: str | None) -> tuple[list[Any], dict[str, Any]]:
     """Lay out one window in a worker: ``(layouts, step times and truncations)``."""
-    from htp_retrieval.encoder import EncodeStats
+    from htp_retrieval.pipeline import EncodeStats
 
     stats = EncodeStats()
     layouts = _ENCODER.build_layouts(texts, instruction=instruction, stats=stats)

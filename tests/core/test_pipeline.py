@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from htp_retrieval.encoder import HTPEncoder, Prefetcher
+from htp_retrieval.encoder import HTPEncoder
+from htp_retrieval.pipeline import Prefetcher
 
 TEXTS = [
     "Graphene is a single layer of carbon. It conducts heat well.",
@@ -135,7 +136,7 @@ def test_prefetcher_order_error_and_close() -> None:
 def test_build_layouts_restores_the_garbage_collector(tiny_llama) -> None:  # noqa: ANN001
     import gc
 
-    from htp_retrieval.encoder import _gc_paused
+    from htp_retrieval.pipeline import _gc_paused
 
     model, tok = tiny_llama
     enc = HTPEncoder(model, "htp", tokenizer=tok)
@@ -161,7 +162,7 @@ def test_build_layouts_restores_the_garbage_collector(tiny_llama) -> None:  # no
 
 
 def test_auto_windows_cover_texts_in_order(tiny_llama) -> None:  # noqa: ANN001
-    from htp_retrieval.encoder import AUTO_WINDOW_BATCHES, CHARS_PER_TOKEN, auto_windows
+    from htp_retrieval.pipeline import AUTO_WINDOW_BATCHES, CHARS_PER_TOKEN, auto_windows
 
     texts = ["a" * 100] * 50 + ["b" * 100_000] + ["c" * 10] * 3
     wins = auto_windows(texts, max_tokens_per_batch=256, max_length=1024)

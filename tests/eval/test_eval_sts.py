@@ -11,9 +11,9 @@ from scipy.stats import spearmanr
 
 from htp_retrieval.cli import main
 from htp_retrieval.config import HTPConfig, LayerRange
-from htp_retrieval.encoder import EncodeStats
 from htp_retrieval.eval.retrieval import RetrievalResult
 from htp_retrieval.eval.sts import StsData, load_sts, run_sts, spearman_percent
+from htp_retrieval.pipeline import EncodeStats
 
 STSB = os.path.abspath(os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "shared", "data", "sts", "stsb"))
