@@ -52,6 +52,7 @@ class SpacySegmenter:
         self.model = model
         self.batch_size = batch_size
         self._nlp = _load_spacy(model)
+        self._windows: bool | None = None
 
     def sentence_starts(self, texts: Sequence[str]) -> list[list[int]]:
         """Per text, the ascending character offsets where sentences start.
@@ -67,7 +68,9 @@ class SpacySegmenter:
             sentencizer = self._nlp.get_pipe("sentencizer")
             marks = frozenset(sentencizer.punct_chars)
             flag = self._punct_flag(marks)
-            if not _windows_exact(self._nlp.tokenizer, marks):
+            if self._windows is None:  # the rules are fixed once loaded: check them once
+                self._windows = _windows_exact(self._nlp.tokenizer, marks)
+            if not self._windows:
                 docs = list(self._nlp.tokenizer.pipe(texts, batch_size=self.batch_size))
                 return _sentencizer_starts(docs, flag)
             return _windowed_starts(self._nlp.tokenizer, texts, marks, flag)
@@ -175,10 +178,11 @@ def _windows_exact(tokenizer: Any, marks: frozenset[str]) -> bool:
     when the matched text (with its spaces) is a rule key. So a window of whole runs is
     tokenized as in the whole text when every mark is one character (a mark token then
     lies in a run holding that character) and no rule key mixes space and non-space
-    characters (spaCy's English rules have single-space keys only).
+    characters (spaCy's English rules have single-space keys only). A mark that is itself
+    whitespace would split runs differently, so it turns windows off too.
     """
     rules = getattr(tokenizer, "rules", None)
-    if rules is None or any(len(m) != 1 for m in marks):
+    if rules is None or any(len(m) != 1 or m.isspace() for m in marks):
         return False
     return not any(not k.isspace() and any(c.isspace() for c in k) for k in rules)
 
@@ -186,7 +190,7 @@ def _windows_exact(tokenizer: Any, marks: frozenset[str]) -> bool:
 @lru_cache(maxsize=8)
 def _char_classes(marks: frozenset[str]) -> np.ndarray:
     """``[0x110000]`` uint8 table by code point: 1 where ``str.isspace`` (spaCy's split
-    test), 2 for a mark. Built once per mark set (about 0.1 s)."""
+    test), 2 for a mark. Built once per mark set (about 0.05-0.1 s)."""
     table = np.zeros(0x110000, dtype=np.uint8)
     table[[i for i in range(0x110000) if chr(i).isspace()]] = 1
     table[[ord(c) for c in marks]] = 2

@@ -95,3 +95,4 @@ def test_tokenizer_rule_with_a_space_turns_windows_off() -> None:
     nlp.tokenizer.add_special_case("New York.", [{"ORTH": "New York."}])
     assert not _windows_exact(nlp.tokenizer, marks)
     assert not _windows_exact(spacy.blank("en").tokenizer, frozenset({"..."}))
+    assert not _windows_exact(spacy.blank("en").tokenizer, frozenset({".", "\u2028"}))
