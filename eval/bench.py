@@ -1118,7 +1118,9 @@ def _run_bench(args: argparse.Namespace) -> dict[str, Any]:
     config = {
         "model": args.model, "device": bench.device, "dtype": args.dtype,
         "dtype_asked": asked_dtype, "cpu_matmul_seconds": _cpu_matmul_record(bench.device),
-        "threads": torch.get_num_threads(), "methods": methods, "lengths": lengths,
+        "threads": torch.get_num_threads(),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", ""),
+        "methods": methods, "lengths": lengths,
         "n_docs": args.n_docs, "long_docs": args.long_docs, "long_source": args.long_source,
         "repeats": args.repeats, "batch_size": args.batch_size,
         "max_tokens_per_batch": args.max_tokens_per_batch, "max_padding": args.max_padding,

@@ -369,7 +369,9 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``htp-retrieval`` command."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # the Rust tokenizer encodes a batch on every core (said explicitly, so a later
+    # fork+exec prints no warning; worker processes and Ray actors turn it off)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     parser = argparse.ArgumentParser(prog="htp-retrieval", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 

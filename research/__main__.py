@@ -17,7 +17,7 @@ from research.analysis import add_subcommands
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m research``."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # as the htp-retrieval CLI
     parser = argparse.ArgumentParser(prog="python -m research", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,16 @@ def test_public_names_import_on_first_use() -> None:
          "print('torch' in sys.modules)"], capture_output=True, text=True, cwd=ROOT,
         timeout=300)
     assert help_only.stdout.strip().splitlines()[-1] == "False", help_only.stderr[-2000:]
+
+
+def test_cli_turns_tokenizer_parallelism_on_unless_set() -> None:
+    """The CLI lets the Rust tokenizer encode a batch on every core
+    (``TOKENIZERS_PARALLELISM=true``) unless the user set the variable."""
+    code = ("import os\nfrom htp_retrieval.cli import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint(os.environ['TOKENIZERS_PARALLELISM'])")
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    for value, expected in ((None, "true"), ("false", "false")):
+        run_env = env if value is None else {**env, "TOKENIZERS_PARALLELISM": value}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=ROOT, env=run_env, timeout=300)
+        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]

@@ -191,3 +191,16 @@ def test_layout_helpers_match_reference() -> None:
         assert count_sentences(si) == _ref_count_sentences(si)
         for k in (1, 2, 3):
             assert sentence_block_starts(si, k) == _ref_sentence_block_starts(si, k)
+
+
+@needs_scifact
+def test_layouts_identical_with_parallel_tokenizer(tiny_llama, monkeypatch) -> None:  # noqa: ANN001
+    """The Rust tokenizer's batch encode on every core (what the CLI turns on) gives the
+    same layouts as on one thread: the ids and offsets do not depend on the threads."""
+    model, tok = tiny_llama
+    docs = _scifact(300)
+    enc = HTPEncoder(model, "htp", tokenizer=tok, max_length=512)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    one = enc.build_layouts(docs)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    assert enc.build_layouts(docs) == one
