@@ -367,11 +367,17 @@ def _add_encoder_args(p: argparse.ArgumentParser, *, sweep: bool = False) -> Non
     p.add_argument("--max-tokens-per-batch", type=int, default=16384)
 
 
+def tokenizer_threads_on() -> None:
+    """Let the Rust tokenizer encode a batch on every core (``TOKENIZERS_PARALLELISM=true``)
+    unless the variable is set. Set explicitly, so a later fork+exec prints no tokenizers
+    warning; worker processes and Ray actors turn it off for themselves (measured in
+    docs/PERFORMANCE.md section 5, "The tokenizer on every core")."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``htp-retrieval`` command."""
-    # the Rust tokenizer encodes a batch on every core (said explicitly, so a later
-    # fork+exec prints no warning; worker processes and Ray actors turn it off)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    tokenizer_threads_on()
     parser = argparse.ArgumentParser(prog="htp-retrieval", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 

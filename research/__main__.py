@@ -9,15 +9,14 @@ give a finished run the same inputs). research/README.md says which results each
 from __future__ import annotations
 
 import argparse
-import os
 
-from htp_retrieval.cli import run_parsed
+from htp_retrieval.cli import run_parsed, tokenizer_threads_on
 from research.analysis import add_subcommands
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m research``."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # as the htp-retrieval CLI
+    tokenizer_threads_on()
     parser = argparse.ArgumentParser(prog="python -m research", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")

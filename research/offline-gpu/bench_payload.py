@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import io
 import json
 import re
 import shutil
@@ -131,9 +132,10 @@ def build_payload(out: Path, models: list[str], meetings: int = 24) -> Path:
         texts = [d["text"] for d in docs]
         chunks = [[(c.index, c.start, c.end) for c in split_chunks(x, tok, chunk_tokens=256)]
                   for x in texts]
-        q = Path(tempfile.mkdtemp()) / "qmsum24.json"
-        q.write_text(json.dumps({"texts": texts, "chunks": chunks}))
-        t.add(q, arcname="qmsum24.json")
+        blob = json.dumps({"texts": texts, "chunks": chunks}).encode()
+        info = tarfile.TarInfo("qmsum24.json")
+        info.size = len(blob)
+        t.addfile(info, io.BytesIO(blob))
     return path
 
 
