@@ -37,21 +37,37 @@ def _cell(c: Comparison | None) -> tuple[str, str]:
     return f"{c.value:.2f} / {c.base_value:.2f}", delta
 
 
+def shipped_choice(comps: Sequence[Comparison], dtypes: Sequence[str] | None = None
+                   ) -> list[Comparison]:
+    """One shipped comparison per table and dtype, in the order the comparisons come: the
+    first such row, a plain run before one that also added centred scores
+    (:attr:`~htp_retrieval.eval.report.Comparison.score_only`), so adding a centred run (or
+    a repeat) of the same settings never changes or duplicates a row that had a plain run.
+
+    Args:
+        comps: Comparisons (:func:`htp_retrieval.eval.report.comparisons`).
+        dtypes: Keep only these dtypes; ``None`` keeps every dtype.
+    """
+    chosen: dict[tuple[int, str], Comparison] = {}
+    for c in comps:
+        if not c.shipped or (dtypes is not None and c.dtype not in dtypes):
+            continue
+        key = (id(c.set), str(c.dtype))
+        have = chosen.get(key)
+        if have is None or (have.score_only and not c.score_only):
+            chosen[key] = c
+    return list(chosen.values())
+
+
 def dtype_table_rows(comps: Sequence[Comparison], dtypes: Sequence[str] = DTYPES
                      ) -> list[tuple[ResultSet, dict[str, Comparison]]]:
     """Shipped comparisons grouped by table: ``[(ResultSet, {dtype: Comparison})]`` in the
     order the sets first appear, keeping tables with a shipped row in at least one of
-    ``dtypes``: per dtype the first such row, a plain run before one that also added
-    centred scores (:attr:`~htp_retrieval.eval.report.Comparison.score_only`), so adding a
-    centred run of the same settings never changes a cell that had a plain run."""
+    ``dtypes``; per dtype the row :func:`shipped_choice` picks."""
     rows: dict[int, tuple[ResultSet, dict[str, Comparison]]] = {}
-    for c in comps:
-        if not c.shipped or c.dtype not in dtypes:
-            continue
+    for c in shipped_choice(comps, dtypes):
         _, by = rows.setdefault(id(c.set), (c.set, {}))
-        have = by.get(str(c.dtype))
-        if have is None or (have.score_only and not c.score_only):
-            by[str(c.dtype)] = c
+        by[str(c.dtype)] = c
     return list(rows.values())
 
 
@@ -94,4 +110,4 @@ def format_dtype_table(comps: Sequence[Comparison], *, compare: str, baseline: s
     return "\n".join(lines) + "\n\n" + "; ".join(counts) + " (main score)."
 
 
-__all__ = ["DTYPES", "dtype_table_rows", "format_dtype_table", "signed_cell"]
+__all__ = ["DTYPES", "dtype_table_rows", "format_dtype_table", "shipped_choice", "signed_cell"]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
-from htp_retrieval.eval.dtype_report import format_dtype_table, signed_cell
+from htp_retrieval.eval.dtype_report import format_dtype_table, shipped_choice, signed_cell
 from htp_retrieval.eval.naming import subset_of_run
 from htp_retrieval.methods import METHODS, MethodSpec
 from htp_retrieval.models import (
@@ -707,11 +707,12 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
 
 def format_shipped_table(comps: Sequence[Comparison], *, compare: str, baseline: str
                          ) -> str | None:
-    """One row per table (and dtype) where ``compare`` ran with its shipped settings: model,
-    data, length, both main scores and the difference (and the NDCG@10 difference where the
-    main score is another metric); a ``dtype`` column where the rows have more than one.
-    ``None`` if there is no such row."""
-    rows = [c for c in comps if c.shipped]
+    """One row per table (and dtype) where ``compare`` ran with its shipped settings (the
+    run :func:`~htp_retrieval.eval.dtype_report.shipped_choice` picks where there are
+    several): model, data, length, both main scores and the difference (and the NDCG@10
+    difference where the main score is another metric); a ``dtype`` column where the rows
+    have more than one. ``None`` if there is no such row."""
+    rows = shipped_choice(comps)
     if not rows:
         return None
     by_dtype = len({c.dtype for c in rows}) > 1
@@ -1136,7 +1137,7 @@ def build_report(
     if sets:
         out += [f"## {compare} vs {baseline}", ""]
     if comps:
-        shipped = [c for c in comps if c.shipped]
+        shipped = shipped_choice(comps)
         table = format_shipped_table(comps, compare=compare, baseline=baseline)
         if table:
             lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)

@@ -425,13 +425,13 @@ def test_dtype_is_a_device_choice_and_the_report_puts_dtypes_side_by_side(
     smol = "smollm2-135m-instruct"
 
     def rec(method: str, dtype: str, acc: float, ndcg: float, length: int = 256,
-            min_block_tokens: int = 64) -> ResultRecord:
+            min_block_tokens: int = 64, repeat: str = "") -> ResultRecord:
         cfg = {"model": smol, "method": method, "dtype": dtype, "context_length": length,
                "max_length": length, "k": 1, "summary": "mean", "max_blocks": 32,
                "min_block_tokens": min_block_tokens, "long_budget": [1024, 8],
                "short_budget": [256, 1], "segmenter": "sentencizer", "tokens_per_block": 32,
                "tp_start": 1, "tp_exit": 15, "output_layer": -2}
-        return ResultRecord(path=Path(f"{method}-{dtype}-{length}-{min_block_tokens}.json"),
+        return ResultRecord(path=Path(f"{method}-{dtype}-{length}-{min_block_tokens}{repeat}.json"),
                             dataset="needle", split="test", config=cfg,
                             scores={"Acc@1": acc, "NDCG@10": ndcg})
 
@@ -439,7 +439,8 @@ def test_dtype_is_a_device_choice_and_the_report_puts_dtypes_side_by_side(
             rec("vanilla-mean", "bfloat16", 30.0, 58.0), rec("htp", "bfloat16", 26.0, 60.0),
             rec("htp", "bfloat16", 40.0, 65.0, min_block_tokens=0),
             rec("vanilla-mean", "bfloat16", 10.0, 20.0, length=512),
-            rec("htp", "bfloat16", 12.0, 21.0, length=512)]
+            rec("htp", "bfloat16", 12.0, 21.0, length=512),
+            rec("htp", "bfloat16", 14.0, 22.0, length=512, repeat="b")]
     sets = group_results(recs)
     assert sets[0].keys == ["dtype", "min_block_tokens"]
     htp32 = recs[1]
@@ -457,6 +458,9 @@ def test_dtype_is_a_device_choice_and_the_report_puts_dtypes_side_by_side(
     comps = comparisons(sets)
     assert {(c.dtype, c.base_value) for c in comps if c.shipped} == {
         ("float32", 28.0), ("bfloat16", 30.0), ("bfloat16", 10.0)}
+    # a repeated shipped run of one table and dtype is one row in both tables: the first
+    # file in name order ("...-64.json" before "...-64b.json")
+    assert sum(c.shipped for c in comps) == 4
     for r in recs:
         (tmp_path / r.path.name).write_text(json.dumps(
             {"dataset": r.dataset, "split": r.split, "scores": r.scores, "config": r.config}))
