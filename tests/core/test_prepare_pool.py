@@ -61,12 +61,14 @@ def test_workers_give_the_same_vectors_in_input_order(tiny_llama, method: str) -
         np.testing.assert_allclose(again, ref[:7], rtol=1e-4, atol=1e-5)
         one = enc.encode([TEXTS[2]])  # one text: laid out here, no window to share
         np.testing.assert_allclose(one[0], ref[2], rtol=1e-4, atol=1e-5)
-        enc.max_length = 16  # the workers hold the old config: a new pool
-        cut = enc.encode(TEXTS[:5])
-        assert enc._pool is not pool and enc.last_stats.windowed == 1
+        if method == "htp":  # (the restart does not depend on the method: checked once)
+            enc.max_length = 16  # the workers hold the old config: a new pool
+            cut = enc.encode(TEXTS[:5])
+            assert enc._pool is not pool and enc.last_stats.windowed == 1
     assert enc._pool is None  # closed on exit
-    ref_enc.max_length = 16
-    np.testing.assert_allclose(cut, ref_enc.encode(TEXTS[:5]), rtol=1e-4, atol=1e-5)
+    if method == "htp":
+        ref_enc.max_length = 16
+        np.testing.assert_allclose(cut, ref_enc.encode(TEXTS[:5]), rtol=1e-4, atol=1e-5)
 
 
 def test_workers_name_errors_and_truncations_by_input_index(tiny_llama) -> None:  # noqa: ANN001

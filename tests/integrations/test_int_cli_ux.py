@@ -32,6 +32,15 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL)
 
 
+def _cli_all(*calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Independent CLI calls (none writes what another reads) run side by side, results in
+    call order: each is a fresh interpreter, so this uses the cores a serial run leaves idle."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
+        return list(pool.map(lambda args: _cli(*args, cwd=cwd), calls))
+
+
 def _one_line_error(out: subprocess.CompletedProcess[str], *needles: str) -> str:
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     lines = out.stderr.strip().splitlines()
@@ -63,16 +72,17 @@ def test_expected_errors_are_one_line_and_create_nothing(tmp_path: Path,
     src = _src(tmp_path / "src")
     db = tmp_path / "db"
     base = ["ingest", str(src), "--db", str(db), "--collection", "notes", "--quiet"]
-    _one_line_error(_cli(*base, "--model", tiny_model_dir, "--method", "htpp", cwd=tmp_path),
-                    "htp-retrieval ingest: error:", "unknown method 'htpp'")
-    _one_line_error(_cli("ingest", str(tmp_path / "nope"), "--db", str(db), cwd=tmp_path),
-                    "source not found", "nope")
-    _one_line_error(_cli(*base, "--model", "smollm2-135m-instruc", cwd=tmp_path),
-                    "model 'smollm2-135m-instruc' not found", "did you mean")
-    _one_line_error(_cli("ingest", str(src), "--db", str(db), "--collection", "a b!",
-                         cwd=tmp_path), "invalid collection name 'a b!'")
-    _one_line_error(_cli(*base, "--model", tiny_model_dir, "--dtype", "fp8", cwd=tmp_path),
-                    "dtype 'fp8'")
+    method, missing, model, name, dtype = _cli_all(
+        (*base, "--model", tiny_model_dir, "--method", "htpp"),
+        ("ingest", str(tmp_path / "nope"), "--db", str(db)),
+        (*base, "--model", "smollm2-135m-instruc"),
+        ("ingest", str(src), "--db", str(db), "--collection", "a b!"),
+        (*base, "--model", tiny_model_dir, "--dtype", "fp8"), cwd=tmp_path)
+    _one_line_error(method, "htp-retrieval ingest: error:", "unknown method 'htpp'")
+    _one_line_error(missing, "source not found", "nope")
+    _one_line_error(model, "model 'smollm2-135m-instruc' not found", "did you mean")
+    _one_line_error(name, "invalid collection name 'a b!'")
+    _one_line_error(dtype, "dtype 'fp8'")
     assert not db.exists(), "a failed first ingest must create nothing"
     # a model folder whose weights cannot load: refused after the database opens, but
     # before the collection is created
@@ -89,13 +99,13 @@ def test_expected_errors_are_one_line_and_create_nothing(tmp_path: Path,
     assert "2 added" in ok.stdout and _ids(db, "notes") == {"a.txt#c0", "b.txt#c0"}
     assert "Loading weights" not in ok.stderr and "%|" not in ok.stderr  # --quiet
     # read-only commands never create a database; unknown names are one line
-    _one_line_error(_cli("query", "bees", "--db", str(tmp_path / "dbx"), cwd=tmp_path),
-                    "no Chroma database at")
+    nodb, unreachable = _cli_all(("query", "bees", "--db", str(tmp_path / "dbx")),
+                                 ("query", "bees", "--db", "http://127.0.0.1:9"), cwd=tmp_path)
+    _one_line_error(nodb, "no Chroma database at")
     assert not (tmp_path / "dbx").exists()
+    _one_line_error(unreachable, "cannot reach the Chroma server")
     _one_line_error(_cli("query", "bees", "--db", str(db), "--collection", "other",
                          cwd=tmp_path), "collection 'other' not found", "notes")
-    _one_line_error(_cli("query", "bees", "--db", "http://127.0.0.1:9", cwd=tmp_path),
-                    "cannot reach the Chroma server")
     debug = _cli("query", "bees", "--db", str(db), "--collection", "other", "--debug",
                  cwd=tmp_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
