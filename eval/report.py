@@ -1137,8 +1137,8 @@ def build_report(
     if sets:
         out += [f"## {compare} vs {baseline}", ""]
     if comps:
-        shipped = shipped_choice(comps)
-        table = format_shipped_table(comps, compare=compare, baseline=baseline)
+        shipped = shipped_choice(comps)  # the rows of the table below, chosen once
+        table = format_shipped_table(shipped, compare=compare, baseline=baseline)
         if table:
             lost = sum(1 for c in shipped if round(c.diff, 2) <= 0)
             unit = ("rows, one per table and dtype" if len({c.dtype for c in shipped}) > 1
