@@ -43,7 +43,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -1018,26 +1017,6 @@ def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Pat
     return out
 
 
-def versions() -> dict[str, str]:
-    """Versions and machine facts that affect the figures."""
-    import torch
-    import transformers
-
-    import htp_retrieval
-    from htp_retrieval.dtypes import _cpu_model_name
-
-    cpu = _cpu_model_name()
-    if cpu == "unknown":
-        cpu = platform.processor() or cpu
-    out = {"htp_retrieval": htp_retrieval.__version__, "torch": torch.__version__,
-           "transformers": transformers.__version__, "python": platform.python_version(),
-           "machine": platform.machine(), "cpu": cpu, "cpu_count": str(os.cpu_count())}
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name(0)
-        out["cuda"] = str(torch.version.cuda)
-    return out
-
-
 # ----------------------------------------------------------------------------- command
 def _loadavg() -> float:
     """1-minute load average (0.0 where unavailable): a contended run shows here."""
@@ -1132,6 +1111,8 @@ def _run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "memory": "subprocess per method" if not args.no_memory else "not measured",
         "command": "htp-retrieval " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
     }
+    from htp_retrieval.eval.retrieval import versions
+
     out: dict[str, Any] = {"config": config, "versions": versions(), "settings": [],
                            "created": time.time()}
     total = len(settings) * len(methods) * args.repeats

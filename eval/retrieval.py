@@ -103,7 +103,11 @@ class RetrievalResult:
 
 
 def versions(encoder: Any = None) -> dict[str, str]:
-    """Versions of the packages that affect results, and the device that ran them.
+    """Versions of the packages that affect results, and the machine that ran them.
+
+    Every result file and bench JSON records these: the CPU (:func:`htp_retrieval.dtypes.
+    cpu_facts`: model name, cores, torch's CPU capability, native bf16), and a GPU's name
+    and CUDA version where one is visible.
 
     Args:
         encoder: The encoder of the run; where it has a ``model`` on a device, the result
@@ -115,6 +119,7 @@ def versions(encoder: Any = None) -> dict[str, str]:
     import transformers
 
     import htp_retrieval
+    from htp_retrieval.dtypes import cpu_facts
 
     out = {
         "htp_retrieval": htp_retrieval.__version__,
@@ -122,7 +127,11 @@ def versions(encoder: Any = None) -> dict[str, str]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        **cpu_facts(),
     }
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        out["cuda"] = str(torch.version.cuda)
     dev = getattr(getattr(encoder, "model", None), "device", None)
     if isinstance(dev, torch.device):
         out["device"] = str(dev)

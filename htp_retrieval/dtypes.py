@@ -97,6 +97,28 @@ def _cpu_model_name(path: str = "/proc/cpuinfo") -> str:
     return _cpuinfo_field(("model name",), path) or "unknown"
 
 
+def cpu_facts() -> dict[str, str]:
+    """What a CPU figure depends on, for result files: ``cpu`` (model name), ``cpu_count``
+    (logical cores), ``cpu_capability`` (``torch.backends.cpu.get_cpu_capability()``, e.g.
+    ``AVX2``, ``AVX512``) and ``cpu_native_bf16`` (``yes``/``no``, :func:`cpu_has_native_bf16`):
+    the same model and dtype run several times faster or slower from one CPU to the next.
+    """
+    import os
+    import platform
+
+    import torch
+
+    cpu = _cpu_model_name()
+    if cpu == "unknown":
+        cpu = platform.processor() or cpu
+    try:
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):  # pragma: no cover - very old torch
+        capability = "unknown"
+    return {"cpu": cpu, "cpu_count": str(os.cpu_count()), "cpu_capability": capability,
+            "cpu_native_bf16": "yes" if cpu_has_native_bf16() else "no"}
+
+
 def _time_linear(n: int = 512, k: int = 1024, m: int = 2048, repeats: int = 5) -> dict[str, float]:
     """Best-of-``repeats`` seconds of one ``[n, k] @ [k, m]`` product in fp32 and in bf16.
 

@@ -179,9 +179,16 @@ def test_report_tables_ratios_and_statement(results_dir: Path, tmp_path: Path) -
     records, skipped = load_results([results_dir])
     n_stsb = 2 if os.path.isfile(STSB) else 0
     assert len(records) == 11 + n_stsb
-    # every run records the device it ran on (bf16 scores differ between devices)
+    # every run records the device and CPU it ran on (bf16 scores and speed differ by CPU)
     raw = json.loads(next(results_dir.rglob("htp__len64*.json")).read_text())
-    assert raw["versions"]["device"] == "cpu"
+    import torch
+
+    from htp_retrieval.dtypes import cpu_has_native_bf16
+
+    got = raw["versions"]
+    assert got["device"] == "cpu" and got["cpu"] and got["cpu"] != "unknown"
+    assert got["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    assert got["cpu_native_bf16"] == ("yes" if cpu_has_native_bf16() else "no")
     assert [p.name for p, _ in skipped] == ["scifact-local.json", "other.json"]
     assert "other.json`: not a results JSON (no 'dataset' key)" in md
     assert "- 1 mteb output files" in md and "meta.json" not in md
