@@ -384,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("eval", help="retrieval/STS eval with sweeps (scores, cost)")
     p.add_argument("--data", required=True,
                    help="BEIR folder; LongEmbed folder or longembed:<task> (hub); needle or "
-                   "passkey (generated, --seed); STS jsonl file or folder with <split>.jsonl")
+                   "passkey (generated, --seed); evidence-span folder (BEIR files plus "
+                   "spans/<split>.jsonl, e.g. spans/qmsum --split dev) or needle-spans / "
+                   "passkey-spans (chunk-level retrieval, --chunking); STS jsonl file or "
+                   "folder with <split>.jsonl")
     p.add_argument("--split", default="test")
     p.add_argument("--methods", default=None,
                    help="comma-separated (default vanilla-mean,htp; with --config its "
@@ -463,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from htp_retrieval.eval.bench import add_subcommands as add_bench
     from htp_retrieval.eval.calibrate import add_subcommands as add_calibrate
+    from htp_retrieval.eval.chunk_bench import add_subcommand as add_bench_chunks
     from htp_retrieval.eval.commands import add_subcommands as add_eval_commands
     from htp_retrieval.eval.parity import add_subcommands as add_parity
     from htp_retrieval.integrations.cli import add_subcommands
@@ -471,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     add_eval_commands(sub)  # report, mteb
     add_parity(sub)  # the official repo's script names
     add_bench(sub)  # bench
+    add_bench_chunks(sub)  # bench-chunks
     add_calibrate(sub)  # calibrate
 
     p = sub.add_parser("segmenters", help="time the sentence segmenters on a BEIR corpus")
