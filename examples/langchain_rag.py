@@ -11,7 +11,7 @@ and shows the essay the best chunks come from
 (:class:`~htp_retrieval.integrations.late_chunking.LateChunkParentRetriever`). Runs offline.
 
 Usage:
-    python examples/langchain_rag.py [ESSAYS_DIR] [--limit 5] [--chunk-tokens 256]
+    python examples/langchain_rag.py [ESSAYS_DIR] [--limit 5] [--chunk-tokens 512]
         [--question "..."]
 """
 
@@ -28,6 +28,8 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
+
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS
 
 DEFAULT_ESSAYS = Path(__file__).resolve().parents[1] / "../shared/data/haystack/paul_graham_essays"
 
@@ -99,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="Chroma directory (default: a temp dir)")
     p.add_argument("--collection", default="pg-essays")
     p.add_argument("--k", type=int, default=2, help="chunks retrieved")
-    p.add_argument("--chunk-tokens", type=int, default=256, help="model tokens per chunk")
+    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+                   help="model tokens per chunk")
     p.add_argument("--chunk-overlap", type=int, default=0, help="overlap in tokens")
     p.add_argument("--chunking", choices=["naive", "late"], default="naive",
                    help="naive: each chunk embedded alone (default; ahead on the QMSum "

@@ -10,7 +10,7 @@ Günther et al. 2024, arXiv 2409.04701) and writes the nodes to a ``ChromaVector
 question's retrieval. Runs offline.
 
 Usage:
-    python examples/llamaindex_chroma.py [ESSAYS_DIR] [--limit 5] [--chunk-size 256]
+    python examples/llamaindex_chroma.py [ESSAYS_DIR] [--limit 5] [--chunk-size 512]
         [--chunking naive|late]
         [--question "..."]
 """
@@ -21,6 +21,8 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS
 
 DEFAULT_ESSAYS = Path(__file__).resolve().parents[1] / "../shared/data/haystack/paul_graham_essays"
 
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="Chroma directory (default: a temp dir)")
     p.add_argument("--collection", default="pg-essays-li")
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--chunk-size", type=int, default=256, help="model tokens per chunk")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_TOKENS,
+                   help="model tokens per chunk")
     p.add_argument("--chunk-overlap", type=int, default=32, help="overlap in tokens")
     p.add_argument("--chunking", choices=["naive", "late"], default="naive",
                    help="naive: each chunk embedded alone (default; ahead on the QMSum "

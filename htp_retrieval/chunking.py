@@ -24,6 +24,12 @@ chunk embedded on its own, ``late`` each chunk pooled from one pass over its doc
 
 CHUNKINGS: tuple[str, ...] = ("none", "naive", "late")
 
+DEFAULT_CHUNK_TOKENS = 512
+"""Chunk size in the model's tokens where none is given: ``ingest``, the Chroma embedding
+function, the LangChain and LlamaIndex chunking helpers and the examples (why this size:
+docs/RAG.md, "Chunk size"). The chunk-level eval's ``--chunk-tokens`` defaults to 256, the
+size of its tables."""
+
 SEPARATORS: tuple[str, ...] = (
     "\n\n",                 # paragraph
     "\n",                   # line (a speaker turn in meeting transcripts)
@@ -68,7 +74,8 @@ def check_chunk_settings(chunk_tokens: int, chunk_overlap: int) -> None:
                          f"(below half the chunk size), got {chunk_overlap}")
 
 
-def text_splitter(tokenizer: Any, chunk_tokens: int = 256, chunk_overlap: int = 0, *,
+def text_splitter(tokenizer: Any, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                  chunk_overlap: int = 0, *,
                   add_start_index: bool = False) -> Any:
     """LangChain's ``RecursiveCharacterTextSplitter`` measured in ``tokenizer``'s tokens.
 
@@ -103,7 +110,8 @@ def text_splitter(tokenizer: Any, chunk_tokens: int = 256, chunk_overlap: int = 
 
 
 def split_chunks(
-    text: str, tokenizer: Any, *, chunk_tokens: int = 256, chunk_overlap: int = 0
+    text: str, tokenizer: Any, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_overlap: int = 0
 ) -> list[Chunk]:
     """Cut a document into chunks of at most about ``chunk_tokens`` tokens.
 
@@ -164,5 +172,6 @@ def chunk_token_ranges(
     return ranges
 
 
-__all__ = ["text_splitter", "Chunk", "Chunking", "CHUNKINGS", "SEPARATORS", "split_chunks",
+__all__ = ["text_splitter", "Chunk", "Chunking", "CHUNKINGS", "DEFAULT_CHUNK_TOKENS",
+           "SEPARATORS", "split_chunks",
            "chunk_token_ranges", "check_chunk_settings"]

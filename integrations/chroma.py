@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from htp_retrieval.centering import CENTRE_KEY, Centering, Side
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS
 from htp_retrieval.config import SETTING_KEYS, HTPConfig
 from htp_retrieval.dtypes import resolve_dtype
 from htp_retrieval.integrations._runtime import (
@@ -208,7 +209,7 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         batch_size: int = 16,
         overflow: str | None = None,
         chunking: str = "none",
-        chunk_size: int = 256,
+        chunk_size: int = DEFAULT_CHUNK_TOKENS,
         chunk_overlap: int = 0,
         config: HTPConfig | Mapping[str, Any] | str | None = None,
         centering: Centering | Mapping[str, Any] | str | None = None,
@@ -259,7 +260,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         self.centering: Centering | None = Centering.coerce(centering)
         """Centring applied to every vector (``None``: none), stored with the collection."""
         self._raw: dict[tuple[str, ...], np.ndarray] = {}  # uncentred vectors kept by ingest
-        self._raw_cut: set[tuple[str, ...]] = set()  # those of texts cut to max_length
+        # keys of ``_raw`` whose texts were cut to max_length -> the cut chunks' indices
+        self._raw_cut: dict[tuple[str, ...], list[int]] = {}
         self._resolved: tuple[tuple[Any, ...], HTPConfig] | None = None
         self._stores_config = True  # False: rebuilt from a collection stored without one
 
@@ -409,8 +411,8 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         return split_chunks(text, tokenizer, chunk_tokens=self.chunk_size,
                             chunk_overlap=self.chunk_overlap)
 
-    def embed_chunks(self, text: str, chunks: Sequence[Any], *, centred: bool = True
-                     ) -> np.ndarray:
+    def embed_chunks(self, text: str, chunks: Sequence[Any], *, centred: bool = True,
+                     truncated: list[int] | None = None) -> np.ndarray:
         """Embed the chunks of one document by this collection's chunking.
 
         ``naive``: each chunk's text on its own (with the document instruction); ``late``:
@@ -420,8 +422,10 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         Args:
             text: The document.
             chunks: Its chunks (:meth:`split`).
-
             centred: Centre on :attr:`centering`'s document mean (when there is one).
+            truncated: If given, the indices of chunks cut to ``max_length`` tokens are
+                appended (:meth:`check_chunk_fits` makes this rare: a chunk the splitter
+                made a few tokens longer than ``chunk_size``).
 
         Returns:
             ``[n_chunks, hidden]`` float32 array.
@@ -431,19 +435,42 @@ class HTPEmbeddingFunction(EmbeddingFunction[Documents]):
         """
         key = ("chunks", text, *(f"{c.start}:{c.end}" for c in chunks))
         if key in self._raw:  # embedded while fitting the centring
+            cut = self._raw_cut.pop(key, [])
+            if truncated is not None:
+                truncated.extend(cut)
             return self._centre(self._raw.pop(key), "document", centred=centred)
         if self.chunking == "naive":
             return self._encode([c.text(text) for c in chunks], self.document_instruction,
-                                "document", centred=centred)
+                                "document", truncated=truncated, centred=centred)
         if self.chunking != "late":
             raise ValueError(f"embed_chunks needs chunking 'naive' or 'late', not "
                              f"{self.chunking!r}")
         shared = self._shared()
         with shared.lock:
-            vecs = shared.encoder.encode_late_chunks(
+            enc = shared.encoder
+            vecs = enc.encode_late_chunks(
                 [text], [list(chunks)], instruction=self.document_instruction,
                 normalize=self.normalize, batch_size=self.batch_size)[0]
+            if truncated is not None and enc.last_stats.truncated:
+                truncated.extend(_late_cut_chunks(enc, text, chunks))
         return self._centre(vecs, "document", centred=centred)
+
+    def check_chunk_fits(self) -> None:
+        """Refuse a chunk size that does not fit one forward pass.
+
+        A chunk of a chunked collection is embedded in one pass of at most ``max_length``
+        text tokens (:data:`~htp_retrieval.long_text.WINDOW_MARGIN` of them kept free), so
+        ``chunk_size`` above that would cut every long chunk (``late``, or
+        ``overflow="truncate"``) or split it into windows (``naive`` with ``window``).
+        :func:`ingest` and the Ray ingestion call it before they create a collection (an
+        existing collection keeps the settings it was made with; a chunk cut there is named
+        in the report).
+
+        Raises:
+            ValueError: naming both numbers and the two fixes.
+        """
+        if self.chunking != "none":
+            _check_chunk_fits(self.chunking, self.chunk_size, self.resolved_max_length())
 
     @staticmethod
     def name() -> str:
@@ -992,7 +1019,8 @@ def write_batch(
         progress: Called with a count as documents are done: at once for unchanged ones,
             after each forward pass (per document when chunked) for embedded ones.
         truncated: If given, the ids of documents cut to ``max_length`` tokens are appended
-            (``overflow="truncate"`` only).
+            (``overflow="truncate"``; chunked: documents with a chunk cut,
+            :func:`write_chunked`).
 
     Returns:
         One :data:`WriteStatus` per document, in order.
@@ -1006,7 +1034,7 @@ def write_batch(
         if d.text is None:
             raise ValueError(f"document {d.id!r} has no text (rejected: {d.error})")
     if getattr(ef, "chunking", "none") != "none":
-        return write_chunked(col, ef, docs, progress=progress)
+        return write_chunked(col, ef, docs, progress=progress, truncated=truncated)
     ids = [d.id for d in docs]
     got = col.get(ids=ids, include=["metadatas"])
     stored = {i: (m or {}).get("content_sha256")
@@ -1047,6 +1075,31 @@ def _centre_tag(ef: Any) -> dict[str, str]:
     return {} if cen is None else {CENTRE_KEY: cen.document_digest()}
 
 
+def _check_chunk_fits(chunking: str, chunk_size: int, max_length: int) -> None:
+    """:meth:`HTPEmbeddingFunction.check_chunk_fits` on plain values."""
+    from htp_retrieval.long_text import WINDOW_MARGIN
+
+    limit = max_length - WINDOW_MARGIN
+    if chunking != "none" and chunk_size > limit:
+        raise ValueError(f"chunk size {chunk_size} tokens does not fit max_length "
+                         f"{max_length} (at most {limit} tokens a chunk): lower the chunk "
+                         "size or raise max_length")
+
+
+def _late_cut_chunks(encoder: Any, text: str, chunks: Sequence[Any]) -> list[int]:
+    """Indices of the chunks late chunking cut: a window longer than ``max_length`` holds
+    one chunk alone (:func:`~htp_retrieval.long_text.late_windows`), so the cut chunks are
+    those with more tokens than a window's budget."""
+    from htp_retrieval.chunking import chunk_token_ranges
+    from htp_retrieval.long_text import WINDOW_MARGIN
+
+    offsets = encoder.tokenizer(text, add_special_tokens=False, split_special_tokens=True,
+                                return_offsets_mapping=True)["offset_mapping"]
+    budget = encoder.max_length - WINDOW_MARGIN
+    return [c.index for c, (a, b) in zip(chunks, chunk_token_ranges(offsets, chunks),
+                                          strict=True) if b - a > budget]
+
+
 def chunk_id(doc_id: str, index: int) -> str:
     """Id of a document's chunk: ``DOC_ID#cN`` (``N``: chunk index from 0)."""
     return f"{doc_id}#c{index}"
@@ -1080,6 +1133,7 @@ def _complete(stored: list[tuple[str, dict]], doc_id: str, sha: str) -> bool:
 def write_chunked(
     col: Any, ef: HTPEmbeddingFunction, docs: Sequence[SourceDoc],
     progress: Callable[[int], object] | None = None,
+    truncated: list[str] | None = None,
 ) -> list[WriteStatus]:
     """Write documents as chunks (``ef.chunking`` ``naive`` or ``late``), idempotently.
 
@@ -1098,6 +1152,8 @@ def write_chunked(
         ef: The collection's embedding function (its chunk settings are used).
         docs: Documents with ``text`` set, unique ids.
         progress: Called with the number of documents done, as they are done.
+        truncated: If given, the ids of documents with a chunk cut to ``max_length`` tokens
+            are appended, and the chunk's metadata says ``truncated: True``.
 
     Returns:
         One :data:`WriteStatus` per document: ``unchanged`` (complete), ``added`` (nothing
@@ -1123,7 +1179,10 @@ def write_chunked(
         chunks = ef.split(text)
         if not chunks:
             raise ValueError(f"document {d.id!r} gives no chunk: it holds only whitespace")
-        vecs = ef.embed_chunks(text, chunks)  # before anything is deleted
+        cut: list[int] = []
+        vecs = ef.embed_chunks(text, chunks, truncated=cut)  # before anything is deleted
+        if cut and truncated is not None:
+            truncated.append(d.id)
         if have:
             old = [cid for cid, _ in have]
             for i in range(0, len(old), 1000):
@@ -1136,7 +1195,8 @@ def write_chunked(
                 documents=[c.text(text) for c in group],
                 metadatas=[{**d.metadata, "content_sha256": sha, "parent_id": d.id,
                             "chunk_index": c.index, "chunk_start": c.start,
-                            "chunk_end": c.end, "n_chunks": n, **_centre_tag(ef)}
+                            "chunk_end": c.end, "n_chunks": n, **_centre_tag(ef),
+                            **({"truncated": True} if c.index in cut else {})}
                            for c in group],
                 embeddings=vecs[g : g + CHUNK_WRITE],
             )
@@ -1197,7 +1257,8 @@ def ingest(
     nothing, and a run killed at any point is completed by the next one with no duplicates,
     no orphan chunks and nothing missing. Stored documents whose source is gone are
     reported as stale, and removed (all their chunks) with ``prune=True``. Documents cut to
-    ``max_length`` (``overflow="truncate"``) are listed in the report's ``truncated``.
+    ``max_length`` (``overflow="truncate"``), and documents with a chunk cut to it, are
+    listed in the report's ``truncated``.
 
     Args:
         source: Folder (recursive, ``.txt``/``.md`` plus ``include`` matches) or BEIR
@@ -1237,7 +1298,9 @@ def ingest(
     Raises:
         FileNotFoundError: if the source does not exist or holds no document (an empty
             source never creates a collection nor prunes one).
-        ValueError: for an invalid collection name, ``batch_size`` < 1, an existing
+        ValueError: for an invalid collection name, ``batch_size`` < 1, a new collection's
+            chunk size that does not fit ``max_length``
+            (:meth:`HTPEmbeddingFunction.check_chunk_fits`), an existing
             collection with another embedding function or config
             (:class:`SettingsConflictError`), an empty ``center_queries``, or
             ``center_queries`` for an existing collection stored without centring.
@@ -1263,6 +1326,8 @@ def ingest(
                              "leave it out for an uncentred collection")
         check_texts(center_queries)
     client = make_client(db)
+    if embedding_function is not None and collection not in _names(client):
+        embedding_function.check_chunk_fits()  # a new collection's settings, before it exists
     fit_here = center_queries is not None and collection not in _names(client)
     if fit_here:
         embedding_function = embedding_function or HTPEmbeddingFunction()
@@ -1301,9 +1366,9 @@ def ingest(
                 "it, so a rerun (with other settings too) starts clean", collection)
         raise
     finally:
-        ef._raw, ef._raw_cut = {}, set()
+        ef._raw, ef._raw_cut = {}, {}
         if embedding_function is not None:
-            embedding_function._raw, embedding_function._raw_cut = {}, set()
+            embedding_function._raw, embedding_function._raw_cut = {}, {}
 
 
 def fit_source_centering(
@@ -1348,7 +1413,7 @@ def fit_source_centering(
             for i, (t, v) in enumerate(zip(batch, got, strict=True)):
                 ef._raw[("doc", t)] = v
                 if i in cut:
-                    ef._raw_cut.add(("doc", t))
+                    ef._raw_cut[("doc", t)] = [0]
             vecs.append(got)
             bar.update(len(batch))
             batch.clear()
@@ -1366,8 +1431,12 @@ def fit_source_centering(
                 continue
             chunks = ef.split(doc.text)
             if chunks:
-                v = ef.embed_chunks(doc.text, chunks, centred=False)
-                ef._raw[("chunks", doc.text, *(f"{c.start}:{c.end}" for c in chunks))] = v
+                cut_chunks: list[int] = []
+                v = ef.embed_chunks(doc.text, chunks, centred=False, truncated=cut_chunks)
+                key = ("chunks", doc.text, *(f"{c.start}:{c.end}" for c in chunks))
+                ef._raw[key] = v
+                if cut_chunks:
+                    ef._raw_cut[key] = cut_chunks
                 vecs.append(v)
             bar.update(1)
         flush()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS
 from htp_retrieval.models import DEFAULT_MODEL
 
 EXIT_USAGE = 2
@@ -266,7 +267,12 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"pruned {doc_id}: source gone", file=sys.stderr)
     for doc_id in report.stale:
         print(f"stale {doc_id}: source gone (--prune removes it)", file=sys.stderr)
-    if report.truncated:
+    if report.truncated and ef.chunking != "none":
+        print(f"truncated a chunk of {len(report.truncated)} document(s) to --max-length "
+              f"{ef.max_length} tokens (the splitter made it longer than --chunk-size "
+              f"{ef.chunk_size}; a smaller --chunk-size avoids it; chunk metadata "
+              f"'truncated'): {', '.join(report.truncated)}", file=sys.stderr)
+    elif report.truncated:
         print(f"truncated {len(report.truncated)} document(s) to --max-length "
               f"{ef.max_length} tokens (--overflow truncate; --overflow window embeds them "
               f"whole): {', '.join(report.truncated)}", file=sys.stderr)
@@ -437,7 +443,7 @@ def add_subcommands(subparsers: Any) -> None:
                         "per chunk pooled from one pass over its document (late); chunk ids "
                         "are DOC_ID#cN (new: naive)")
     g.add_argument("--chunk-size", type=int, default=None,
-                   help="chunk size in tokens (new: 256)")
+                   help=f"chunk size in tokens (new: {DEFAULT_CHUNK_TOKENS})")
     g.add_argument("--chunk-overlap", type=int, default=None,
                    help="overlap of consecutive chunks in tokens (new: 0)")
     g.add_argument("--dtype", default=None,

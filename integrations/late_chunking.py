@@ -26,8 +26,8 @@ LangChain (``langchain-chroma``)::
     docs = [Document(page_content=text, id="essay-1", metadata={"source": "essay-1.txt"})]
     # any LangChain TextSplitter made with add_start_index=True works, e.g.
     # RecursiveCharacterTextSplitter.from_huggingface_tokenizer(emb.encoder.tokenizer,
-    #     chunk_size=256, chunk_overlap=0, add_start_index=True)
-    ids = add_late_chunked_documents(store, emb, docs, splitter=token_splitter(emb, 256),
+    #     chunk_size=512, chunk_overlap=0, add_start_index=True)
+    ids = add_late_chunked_documents(store, emb, docs, splitter=token_splitter(emb, 512),
                                      docstore=parents)
     chunks = store.similarity_search("Why do startups need to grow fast?", k=3)
     essays = LateChunkParentRetriever(vectorstore=store, docstore=parents, k=1).invoke(
@@ -50,7 +50,7 @@ LlamaIndex (``IngestionPipeline``)::
 
     emb = HTPEmbeddings()
     pipeline = IngestionPipeline(transformations=[
-        SentenceSplitter(chunk_size=256, chunk_overlap=32),   # sets start_char_idx
+        SentenceSplitter(chunk_size=512, chunk_overlap=32),   # sets start_char_idx
         LateChunkEmbedding(embed_model=emb),                  # sets node.embedding
     ], vector_store=vector_store)                             # e.g. a ChromaVectorStore
     nodes = pipeline.run(documents=[Document(text=text, id_="essay-1")])
@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS
 from htp_retrieval.integrations.embeddings import HTPEmbeddings
 
 _PIP = 'pip install "htp-retrieval[langchain,llamaindex]"'
@@ -99,8 +100,8 @@ META_KEYS = ("parent_id", "chunk_index", "start_index", "end_index")
 
 
 # ====================================================================== LangChain
-def token_splitter(embeddings: HTPEmbeddings, chunk_size: int = 256, chunk_overlap: int = 0
-                   ) -> Any:
+def token_splitter(embeddings: HTPEmbeddings, chunk_size: int = DEFAULT_CHUNK_TOKENS,
+                   chunk_overlap: int = 0) -> Any:
     """A LangChain ``RecursiveCharacterTextSplitter`` in the model's tokens, with offsets.
 
     Separators are tried from paragraph to line, sentence end, clause, word and character
@@ -232,7 +233,7 @@ def late_chunk_documents(
     documents: Sequence[Document],
     *,
     splitter: Any = None,
-    chunk_size: int = 256,
+    chunk_size: int = DEFAULT_CHUNK_TOKENS,
     chunk_overlap: int = 0,
     window_tokens: int | None = None,
 ) -> list[LateChunkedDocument]:
@@ -309,7 +310,7 @@ def add_late_chunked_documents(
     documents: Sequence[Document],
     *,
     splitter: Any = None,
-    chunk_size: int = 256,
+    chunk_size: int = DEFAULT_CHUNK_TOKENS,
     chunk_overlap: int = 0,
     docstore: BaseStore[str, Document] | None = None,
     window_tokens: int | None = None,
@@ -518,7 +519,7 @@ def late_chunk_nodes(documents: Sequence[Any], embed_model: HTPEmbeddings,
         documents: LlamaIndex ``Document`` s.
         embed_model: The embeddings.
         node_parser: A node parser that sets ``start_char_idx`` (default:
-            ``SentenceSplitter(chunk_size=256, chunk_overlap=0)``).
+            ``SentenceSplitter(chunk_size=DEFAULT_CHUNK_TOKENS, chunk_overlap=0)``).
 
     Returns:
         The nodes, each with ``embedding`` set; ready for ``VectorStoreIndex(nodes, ...)``
@@ -530,7 +531,7 @@ def late_chunk_nodes(documents: Sequence[Any], embed_model: HTPEmbeddings,
     if node_parser is None:
         from llama_index.core.node_parser import SentenceSplitter
 
-        node_parser = SentenceSplitter(chunk_size=256, chunk_overlap=0)
+        node_parser = SentenceSplitter(chunk_size=DEFAULT_CHUNK_TOKENS, chunk_overlap=0)
     nodes = node_parser.get_nodes_from_documents(list(documents))
     texts = {d.doc_id: d.text for d in documents}
     return list(LateChunkEmbedding(embed_model=embed_model)(nodes, source_texts=texts))

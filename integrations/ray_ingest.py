@@ -49,6 +49,7 @@ from htp_retrieval.integrations.chroma import (
     IngestReport,
     Rejected,
     SourceDoc,
+    _names,
     finish_report,
     make_client,
     prepare_collection,
@@ -267,8 +268,9 @@ def ingest_ray(
         number of actors that wrote.
 
     Raises:
-        ValueError: if ``db`` is not an ``http(s)://`` URL, ``batch_size`` < 1, or the
-            collection exists with another embedding function or config.
+        ValueError: if ``db`` is not an ``http(s)://`` URL, ``batch_size`` < 1, a new
+            collection's chunk size that does not fit ``max_length``, or the collection
+            exists with another embedding function or config.
         FileNotFoundError: if the source does not exist.
         RuntimeError: (from Ray) if an actor fails, e.g. the Chroma server went away; a
             rerun resumes where the written documents end.
@@ -280,6 +282,8 @@ def ingest_ray(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     check_documents(source, include)
     client = make_client(db)
+    if embedding_function is not None and collection not in _names(client):
+        embedding_function.check_chunk_fits()  # a new collection's settings, before it exists
     device = embedding_function.device if embedding_function is not None else (
         "cuda" if num_gpus > 0 else "auto")
     encode_batch = embedding_function.batch_size if embedding_function is not None else 16

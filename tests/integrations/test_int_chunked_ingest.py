@@ -24,6 +24,7 @@ import pytest
 
 pytest.importorskip("chromadb")
 
+from htp_retrieval.chunking import DEFAULT_CHUNK_TOKENS  # noqa: E402
 from htp_retrieval.integrations.chroma import (  # noqa: E402
     CHUNK_WRITE,
     HTPEmbeddingFunction,
@@ -60,8 +61,9 @@ def _env() -> dict[str, str]:
 
 
 def _flags(model: str, chunking: str) -> list[str]:
-    return ["--model", model, "--chunking", chunking, "--dtype", "float32", "--device",
-            "cpu", "--embed-batch-size", "16", "--quiet"]
+    # 256-token chunks: the 20,000-token document spans more than one CHUNK_WRITE group
+    return ["--model", model, "--chunking", chunking, "--chunk-size", "256", "--dtype",
+            "float32", "--device", "cpu", "--embed-batch-size", "16", "--quiet"]
 
 
 def _chunks(db: Path, collection: str) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
@@ -172,8 +174,6 @@ def test_chunked_ingest_survives_kill_and_reruns_add_nothing(
         "embedding_function"].get_config()
     assert (settings["chunking"], settings["chunk_size"], settings["chunk_overlap"],
             settings["overflow"], settings["max_length"]) == (chunking, 256, 0, "window", 896)
-    if chunking == "late":
-        return
     # a changed document replaces all its chunks; --prune removes every chunk of a gone one
     shorter = big_text[: len(big_text) // 3]
     (src / "big.txt").write_text(shorter, encoding="utf-8")
@@ -280,3 +280,51 @@ def test_truncation_is_named_and_old_collections_keep_their_settings(
     err = capsys.readouterr().err
     assert "--chunking stored 'none', requested 'naive'" in err and len(
         err.strip().splitlines()) == 1
+
+
+def test_a_chunk_that_does_not_fit_is_refused_and_a_cut_chunk_is_named(
+    tiny_model_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from htp_retrieval.chunking import Chunk
+    from htp_retrieval.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    long = " ".join(f"Bees visit flower {k} for nectar." for k in range(60))
+    (src / "long.txt").write_text(long, encoding="utf-8")
+    (src / "short.txt").write_text(SMALL, encoding="utf-8")
+    db = tmp_path / "db"
+    base = ["ingest", str(src), "--db", str(db), "--quiet", "--model", tiny_model_dir,
+            "--dtype", "float32", "--device", "cpu", "--max-length", "64"]
+    for chunking in ("naive", "late"):  # default-size chunks cannot fit 64-token passes
+        assert main([*base, "--collection", chunking, "--chunking", chunking]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"chunk size {DEFAULT_CHUNK_TOKENS} tokens does not fit "
+                            "max_length 64 (at most 56 tokens a chunk): lower the chunk size "
+                            "or raise max_length"), err
+        assert len(err.splitlines()) == 1
+    assert make_client(str(db)).list_collections() == []
+    with pytest.raises(ValueError, match="does not fit max_length 64"):
+        HTPEmbeddingFunction(tiny_model_dir, chunking="late", max_length=64).check_chunk_fits()
+
+    # a chunk longer than the splitter promised (here: the whole document) is cut, and
+    # named by document in the report and by chunk in the metadata, for both chunkings
+    def one_chunk(self: HTPEmbeddingFunction, text: str) -> list[Chunk]:
+        return [Chunk(0, 0, len(text))]
+
+    monkeypatch.setattr(HTPEmbeddingFunction, "split", one_chunk)
+    for chunking, extra in (("naive", ["--overflow", "truncate"]), ("late", [])):
+        assert main([*base, "--collection", f"cut-{chunking}", "--chunking", chunking,
+                     "--chunk-size", "48", *extra]) == 0
+        cap = capsys.readouterr()
+        lines = [x for x in cap.err.splitlines() if x.startswith("truncated")]
+        assert lines == ["truncated a chunk of 1 document(s) to --max-length 64 tokens (the "
+                         "splitter made it longer than --chunk-size 48; a smaller "
+                         "--chunk-size avoids it; chunk metadata 'truncated'): long.txt"], (
+            chunking, cap.err)
+        assert "1 truncated" in cap.out
+        got = make_client(str(db)).get_collection(f"cut-{chunking}").get(
+            include=["metadatas"])
+        cut = {i: m.get("truncated", False) for i, m in zip(got["ids"], got["metadatas"])}
+        assert cut == {"long.txt#c0": True, "short.txt#c0": False}, chunking

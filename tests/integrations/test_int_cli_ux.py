@@ -117,7 +117,7 @@ def test_rerun_reuses_stored_settings_prune_and_drop(tmp_path: Path,
     db = tmp_path / "db"
     base = ["ingest", str(src), "--db", str(db), "--collection", "kept", "--quiet"]
     first = _cli(*base, "--model", tiny_model_dir, "--method", "vanilla-mean", "--dtype",
-                 "float32", "--max-length", "64", cwd=tmp_path)
+                 "float32", "--max-length", "64", "--chunk-size", "48", cwd=tmp_path)
     assert first.returncode == 0 and "3 added" in first.stdout, first.stderr[-2000:]
     again = _cli(*base, cwd=tmp_path)  # no flags: the stored settings
     assert again.returncode == 0, again.stderr[-2000:]

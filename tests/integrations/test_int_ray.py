@@ -131,6 +131,17 @@ def test_ray_ingest_folder_and_cli(
     assert main([*args, "--strict"]) == 1  # rejected documents -> exit 1; nothing added
     assert "0 added" in capsys.readouterr().out
 
+    # late chunking through Ray: the same ids and offsets, the vectors of one process
+    late = [("ray-late" if a == "ray-notes" else a) for a in args] + ["--chunking", "late"]
+    assert main(late) == 0
+    assert "7 added" in capsys.readouterr().out
+    got = make_client(chroma_server).get_collection("ray-late").get(
+        where={"parent_id": "long.txt"}, include=["metadatas", "embeddings"])
+    order = np.argsort([m["chunk_index"] for m in got["metadatas"]])
+    assert [got["ids"][i] for i in order] == [f"long.txt#c{c.index}" for c in chunks]
+    want = _ef(tiny_model_dir, chunking="late", chunk_size=64).embed_chunks(long, chunks)
+    np.testing.assert_allclose(np.asarray(got["embeddings"])[order], want, atol=1e-5)
+
 
 class _Col:
     def __init__(self) -> None:
