@@ -55,7 +55,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_chunk_settings(args.chunk_tokens, args.chunk_overlap)
     except ValueError as e:
         raise SystemExit(f"htp-retrieval eval: {e}") from e
-    _check_model_arg(args.model, "eval")
     try:
         items = resolve_data(
             args.data, split=args.split, seed=args.seed, context_lengths=context_lengths,
@@ -112,6 +111,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_config_settings(settings)
         except ValueError as e:
             raise SystemExit(f"htp-retrieval eval: --config {args.config}: {e}") from e
+    _check_model_arg(args.model, "eval")  # after every argument check, before any loading
     print(format_results(run_eval(items, settings)))
     return 0
 
