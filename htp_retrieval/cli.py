@@ -517,20 +517,31 @@ def main(argv: list[str] | None = None) -> int:
                    "needle/passkey whole documents, otherwise 512)")
     p.set_defaults(func=cmd_blocks)
 
-    return run_parsed(parser, argv)
+    return run_parsed(parser, sub, argv)
 
 
-def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+def run_parsed(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction,
+               argv: list[str] | None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``, kept as ``args.argv`` for the recorded
     command), silence every progress bar under ``--quiet``, and run the subcommand.
+
+    Every subcommand of ``sub`` that lacks one gets ``--debug``: show the traceback of an
+    ``ImportError`` instead of its one line.
 
     Returns:
         The subcommand's exit status.
 
     Raises:
         SystemExit: with one line naming the subcommand and the pip command when a packaged
-            model's or an optional extra's package is missing (an ``ImportError`` inside).
+            model's or an optional extra's package is missing (an ``ImportError`` inside),
+            unless ``--debug`` was given.
     """
+    for sp in {id(sp): sp for sp in sub.choices.values()}.values():  # aliases share one
+        try:
+            sp.add_argument("--debug", action="store_true",
+                            help="show the full traceback of an error instead of one line")
+        except argparse.ArgumentError:  # the subcommand has its own --debug
+            pass
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     if getattr(args, "quiet", False):  # every bar, model loading included
@@ -540,7 +551,9 @@ def run_parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     try:
         return int(args.func(args))
     except ImportError as e:  # a packaged model or extra not installed; e names the pip command
-        raise SystemExit(f"htp-retrieval {args.cmd}: {e}") from e
+        if args.debug:
+            raise
+        raise SystemExit(f"{parser.prog} {args.cmd}: {e} (--debug: traceback)") from e
 
 
 if __name__ == "__main__":  # pragma: no cover

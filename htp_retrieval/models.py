@@ -7,6 +7,8 @@ GGUF dequantization.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -14,6 +16,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -284,16 +287,53 @@ def packaged_gguf(name: str) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _gguf_bar_follows_transformers() -> Iterator[None]:
+    """Hide transformers' GGUF dequantization bar while transformers' own bars are off.
+
+    That bar is a bare ``tqdm`` in ``transformers.modeling_gguf_pytorch_utils``, which
+    ``disable_progress_bar()`` (``--quiet``) does not reach; it is restored on exit.
+    """
+    from transformers.utils import logging as hf_logging
+
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - a transformers without that module
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None or hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def _convert_gguf(gguf: Path, target: Path) -> None:
-    """Load a GGUF with transformers and save it as bf16 safetensors + tokenizer."""
+    """Load a GGUF with transformers and save it as bf16 safetensors + tokenizer.
+
+    The weights are dequantized explicitly (``GgufConfig(dequantize=True)`` where
+    transformers has it): a model kept in packed GGUF blocks could not be saved as plain
+    safetensors.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    load_kwargs: dict[str, Any] = {}
+    try:
+        from transformers import GgufConfig
+
+        load_kwargs["quantization_config"] = GgufConfig(dequantize=True)
+    except ImportError:  # older transformers 5.x always dequantize GGUF weights
+        pass
     logger.info("converting %s to safetensors in %s (one-time)", gguf, target)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16
-    )
+    with _gguf_bar_follows_transformers():
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, **load_kwargs
+        )
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

