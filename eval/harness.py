@@ -778,8 +778,10 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
 
     Each table lists every result of its group with the scores, encode time (s), text
     tokens/s, peak memory (MiB) and the time and memory ratios to ``baseline`` from the same
-    group measured by the same ``eval`` call (``n/a`` without one: a result reused from an
-    earlier call was timed under other load).
+    group measured by the same ``eval`` call on the same machine
+    (:func:`~htp_retrieval.eval.report.same_eval_call`; ``n/a`` without one: a result reused
+    from an earlier call, or resumed from chunks encoded elsewhere, was timed under other
+    load).
     """
     from htp_retrieval.eval.report import same_eval_call
 
@@ -801,7 +803,7 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
         for r in group:
             c = r.cost
             t_ratio = m_ratio = "n/a"
-            base = next((b for b in bases if b is r or same_eval_call(b.config, r.config)),
+            base = next((b for b in bases if b is r or same_eval_call(b, r)),
                         None)
             if base is not None:
                 bt = base.cost.get("encode_seconds", 0.0)

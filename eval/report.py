@@ -89,6 +89,8 @@ class ResultRecord:
         per_query: Query id -> metric label -> percent (runs since per-query rows were
             recorded); may be empty.
         label: The run's readable label (the method and the settings given explicitly).
+        versions: Package versions and the machine that ran it (CPU, cores, device); may
+            be empty.
     """
 
     path: Path
@@ -101,6 +103,7 @@ class ResultRecord:
     subset: Subset | None = None
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
     label: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -202,6 +205,7 @@ def read_result(path: str | Path) -> ResultRecord:
         subset=_subset_of(raw, config),
         per_query=dict(raw.get("per_query") or {}),
         label=str(raw.get("label") or ""),
+        versions={k: str(v) for k, v in (raw.get("versions") or {}).items()},
     )
 
 
@@ -515,7 +519,7 @@ class ResultSet:
         recorded command) counts: the cost ratios use that, since times from calls made
         under other load are not comparable."""
         bases = [r for r in self.records if r.method == baseline
-                 and (not same_run or r is record or same_eval_call(r.config, record.config))]
+                 and (not same_run or r is record or same_eval_call(r, record))]
         if not bases:
             return None
 
@@ -527,16 +531,34 @@ class ResultSet:
         return max(bases, key=lambda b: (matches(b), -bases.index(b)))
 
 
-def same_eval_call(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two results' configs were measured by one ``eval`` call (one process, one
-    load, so their times are comparable): the same recorded ``command`` line.
+#: ``versions`` keys that decide whether two timings are comparable: the machine, not the
+#: package versions (those are recorded for the scores).
+TIMING_KEYS: tuple[str, ...] = ("cpu", "cpu_count", "device", "gpu")
+
+
+def same_eval_call(a: Any, b: Any) -> bool:
+    """Whether two results were timed together, so that their times are comparable: one
+    ``eval`` call (the same recorded ``command`` line) on one machine (the same
+    :data:`TIMING_KEYS` in ``versions``), and neither corpus resumed from chunks timed on
+    another machine (``cost["machines"]`` of one entry, the same in both, where recorded).
+    A command rerun later on another machine, or a checkpoint resumed there, gives results
+    with the same command whose times are not comparable.
 
     Args:
-        a: A result's ``config`` (needs ``command``).
-        b: Another result's ``config``.
+        a: A result with ``config`` (needs ``command``), and optionally ``versions`` and
+            ``cost`` (a :class:`ResultRecord` or a ``RetrievalResult``).
+        b: Another result.
     """
-    cmd = a.get("command")
-    return bool(cmd) and cmd == b.get("command")
+    cmd = a.config.get("command")
+    if not cmd or cmd != b.config.get("command"):
+        return False
+    va, vb = getattr(a, "versions", None) or {}, getattr(b, "versions", None) or {}
+    if any(va.get(k) != vb.get(k) for k in TIMING_KEYS):
+        return False
+    ma, mb = ((getattr(r, "cost", None) or {}).get("machines") for r in (a, b))
+    if any(m is not None and len(m) > 1 for m in (ma, mb)):
+        return False
+    return ma is None or mb is None or ma == mb
 
 
 def group_results(records: Sequence[ResultRecord]) -> list[ResultSet]:
@@ -1127,8 +1149,10 @@ def build_report(
             f"text tokens only, `peak MiB` is peak memory above the level before encoding; "
             f"`time x {baseline}` and `memory x {baseline}` divide by the {baseline} run of "
             f"the same table (same model, dataset, length and subset) made by the same "
-            f"`eval` call, and are `n/a` where {baseline} came from another call (other "
-            f"load, other chunking: `htp-retrieval bench` compares costs side by side). "
+            f"`eval` call on the same machine, and are `n/a` where {baseline} came from "
+            f"another call or machine, or either run was resumed from a checkpoint encoded "
+            f"on another machine (other load, other chunking: `htp-retrieval bench` "
+            f"compares costs side by side). "
             f"Subset tables come "
             f"from subsampled runs (`--max-queries/--max-docs`) and are not comparable "
             f"with full-split numbers.", ""]

@@ -227,6 +227,26 @@ def _fingerprint(config: dict[str, Any], instruction: str | None, ids: list[str]
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def timing_machine(device: str = "cpu") -> str:
+    """Where a corpus chunk was timed: the CPU model and logical core count, plus the device
+    where it is not the CPU (for example ``Intel(R) Xeon(R) Processor x2`` or
+    ``AMD EPYC x16, cuda:0 (NVIDIA H100 80GB HBM3)``). Times taken on different machines are
+    not comparable, so a resumed corpus records every machine its chunks ran on.
+
+    Args:
+        device: The device string the chunk ran on (``cpu``, ``cuda``, ``cuda:0``).
+    """
+    from htp_retrieval.dtypes import cpu_facts
+
+    facts = cpu_facts()
+    label = f"{facts['cpu']} x{facts['cpu_count']}"
+    if device.startswith("cuda"):
+        import torch
+
+        label += f", {device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return label
+
+
 def encode_corpus(
     encoder: Any,
     texts: list[str],
@@ -270,7 +290,10 @@ def encode_corpus(
         ``([n_docs, hidden] float32 embeddings in input order, cost)``; cost holds
         ``seconds`` (wall, summed over chunks, resumed ones included), ``cpu_seconds``,
         ``text_tokens``, ``input_tokens``, ``padded_tokens``, ``prepare_seconds``,
-        ``forward_seconds``, ``peak_memory_bytes`` (max over chunks) and ``resumed_chunks``.
+        ``forward_seconds``, ``peak_memory_bytes`` (max over chunks), ``resumed_chunks``
+        and ``machines``, the sorted :func:`timing_machine` labels the chunks were timed on
+        (more than one where a checkpoint was resumed elsewhere; ``unknown`` for a chunk
+        checkpointed before labels were recorded).
 
     Raises:
         ValueError: if ``chunk_size`` or ``chunk_chars`` is below 1.
@@ -305,6 +328,8 @@ def encode_corpus(
             "prepare_seconds", "forward_seconds")
     cost: dict[str, Any] = dict.fromkeys(keys, 0)
     cost.update(peak_memory_bytes=0, resumed_chunks=0)
+    here = timing_machine(device)
+    machines: set[str] = set()
     out: np.ndarray | None = None
     with tqdm(total=len(texts), disable=not show_progress_bar, desc="corpus",
               unit="doc") as bar:
@@ -329,15 +354,17 @@ def encode_corpus(
                         "padded_tokens": st.padded_tokens,
                         "prepare_seconds": st.prepare_seconds,
                         "forward_seconds": st.forward_seconds,
-                        "peak_memory_bytes": mem.peak_bytes}
+                        "peak_memory_bytes": mem.peak_bytes, "machine": here}
                 if path is not None:
                     save_npz_atomic(path, emb=emb, cost=json.dumps(part))
             for k in keys:
                 cost[k] += part[k]
             cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], part["peak_memory_bytes"])
+            machines.add(part.get("machine", "unknown"))
             if out is None:
                 out = np.zeros((len(texts), emb.shape[1]), dtype=np.float32)
             out[idx] = emb
+    cost["machines"] = sorted(machines) or [here]
     if out is None:
         out = np.zeros((0, getattr(encoder, "hidden_size", 0)), dtype=np.float32)
     return out, cost
@@ -441,6 +468,7 @@ def run_retrieval(
         "prepare_seconds": dcost["prepare_seconds"] + qstats.prepare_seconds,
         "forward_seconds": dcost["forward_seconds"] + qstats.forward_seconds,
         "resumed_chunks": dcost["resumed_chunks"],
+        "machines": dcost["machines"],
         "loadavg_start": load0,
         "loadavg_end": _loadavg(),
     }

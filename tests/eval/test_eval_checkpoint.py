@@ -176,3 +176,31 @@ def test_concurrent_writers_of_one_cache_entry_leave_one_whole_file(tmp_path) ->
     got = np.load(path)["emb"]
     assert got.shape == (400, 256) and np.all(got == got[0, 0])  # one writer's, not mixed
     assert [p.name for p in tmp_path.iterdir()] == ["entry.npz"]
+
+
+def test_resume_on_another_machine_records_both(tiny_llama, tmp_path) -> None:  # noqa: ANN001
+    """A checkpoint resumed on another machine lists both machines in ``cost["machines"]``,
+    so the report does not compare its time with a baseline timed on one."""
+    import json
+
+    from htp_retrieval.eval.retrieval import timing_machine
+
+    model, tok = tiny_llama
+    enc = HTPEncoder(model, "htp", tokenizer=tok, dtype="float32")
+    texts, ids = _corpus()
+    ckpt = tmp_path / "ckpt"
+    _, cost = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
+                            show_progress_bar=False)
+    here = timing_machine("cpu")
+    assert cost["machines"] == [here]
+    files = sorted(ckpt.glob("chunk_*.npz"))
+    z = np.load(files[0])
+    part = json.loads(str(z["cost"]))
+    assert part["machine"] == here
+    part["machine"] = "Other CPU x64"  # as if this chunk had been encoded elsewhere
+    save_npz_atomic(files[0], emb=z["emb"], cost=json.dumps(part))
+    files[-1].unlink()
+    _, rcost = encode_corpus(enc, texts, ids, checkpoint_dir=ckpt, chunk_size=4,
+                             show_progress_bar=False)
+    assert rcost["resumed_chunks"] == 2
+    assert rcost["machines"] == sorted(["Other CPU x64", here])

@@ -716,3 +716,25 @@ def test_length_plot_colours_stay_distinct_past_ten_shipped_series() -> None:
         assert len({colour[lb] for lb in solid}) == n
         assert colour["ablation a"] not in {colour[lb] for lb in solid}
 
+
+
+def test_same_eval_call_needs_one_command_on_one_machine(tmp_path) -> None:
+    """Cost ratios pair two results only when one ``eval`` call on one machine timed both:
+    the same command rerun elsewhere, or a checkpoint resumed elsewhere, is not paired."""
+    from htp_retrieval.eval.report import ResultRecord, same_eval_call
+
+    def rec(command: str, cpu: str, machines: list[str] | None) -> ResultRecord:
+        cost = {"encode_seconds": 1.0} if machines is None else {"encode_seconds": 1.0,
+                                                                 "machines": machines}
+        return ResultRecord(path=tmp_path / "x.json", dataset="needle", split="test",
+                            config={"command": command}, scores={}, cost=cost,
+                            versions={"cpu": cpu, "cpu_count": "2", "device": "cpu"})
+
+    cmd = "htp-retrieval eval --data needle --methods vanilla-mean,htp"
+    a = rec(cmd, "AMD EPYC", ["AMD EPYC x2"])
+    assert same_eval_call(a, rec(cmd, "AMD EPYC", ["AMD EPYC x2"]))
+    assert same_eval_call(a, rec(cmd, "AMD EPYC", None))  # a result from before the field
+    assert not same_eval_call(a, rec(cmd + " --quiet", "AMD EPYC", ["AMD EPYC x2"]))
+    assert not same_eval_call(a, rec(cmd, "Intel Xeon", ["Intel Xeon x2"]))
+    assert not same_eval_call(a, rec(cmd, "AMD EPYC", ["AMD EPYC x2", "Intel Xeon x2"]))
+    assert not same_eval_call(rec("", "AMD EPYC", None), rec("", "AMD EPYC", None))
