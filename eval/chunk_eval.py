@@ -41,6 +41,7 @@ from htp_retrieval.eval.metrics import evaluate_per_query, mean_scores
 from htp_retrieval.eval.retrieval import (
     RetrievalResult,
     save_npz_atomic,
+    timing_machine,
     top_k_run,
     unit_rows,
     versions,
@@ -216,7 +217,9 @@ def embed_chunks(
 
     Returns:
         ``(doc_id -> [n_chunks, hidden] float32, cost)``; cost holds ``seconds`` (wall,
-        summed over parts), ``text_tokens`` and ``resumed_parts``.
+        summed over parts), ``text_tokens``, ``resumed_parts``, ``peak_memory_bytes`` and
+        ``machines`` (the :func:`~htp_retrieval.eval.retrieval.timing_machine` labels the
+        parts were timed on; more than one where a checkpoint was resumed elsewhere).
 
     Raises:
         ValueError: for an unknown ``chunking``.
@@ -242,6 +245,8 @@ def embed_chunks(
     cost: dict[str, Any] = {"seconds": 0.0, "text_tokens": 0, "resumed_parts": 0,
                             "peak_memory_bytes": 0}
     device = str(getattr(encoder.model, "device", "cpu")) if hasattr(encoder, "model") else "cpu"
+    here = timing_machine(device)
+    machines: set[str] = set()
     parts = [dids[i : i + docs_per_checkpoint] for i in range(0, len(dids), docs_per_checkpoint)]
     with tqdm(total=len(dids), disable=not show_progress_bar, desc=f"{chunking} chunks",
               unit="doc") as bar:
@@ -255,6 +260,7 @@ def embed_chunks(
                 cost["seconds"] += c["seconds"]
                 cost["text_tokens"] += c["text_tokens"]
                 cost["resumed_parts"] += 1
+                machines.add(c.get("machine", "unknown"))
                 bar.update(len(part))
                 continue
             texts = [data.beir.corpus[d]["text"] for d in part]
@@ -271,7 +277,8 @@ def embed_chunks(
                     embs = encoder.encode_late_chunks(texts, [chunks[d] for d in part],
                                                       window_tokens=window_tokens)
                     tokens = encoder.last_stats.text_tokens
-            c = {"seconds": mem.seconds, "text_tokens": tokens}
+            c = {"seconds": mem.seconds, "text_tokens": tokens, "machine": here}
+            machines.add(here)
             cost["seconds"] += mem.seconds
             cost["text_tokens"] += tokens
             cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], mem.peak_bytes)
@@ -280,6 +287,7 @@ def embed_chunks(
             if path is not None:
                 save_npz_atomic(path, __cost__=json.dumps(c), **{d: out[d] for d in part})
             bar.update(len(part))
+    cost["machines"] = sorted(machines) or [here]
     return out, cost
 
 
@@ -332,6 +340,8 @@ def cached_chunk_embeddings(
         mixed = {d: (0.5 * (unit_rows(a[d]) + unit_rows(b[d]))).astype(np.float32) for d in a}
         cost = {k: ca[k] + cb[k] for k in ("seconds", "text_tokens", "resumed_parts", "cached")}
         cost["peak_memory_bytes"] = max(ca["peak_memory_bytes"], cb["peak_memory_bytes"])
+        cost["machines"] = sorted({*ca.get("machines", ["unknown"]),
+                                   *cb.get("machines", ["unknown"])})
         return mixed, cost
     dids = sorted(chunks)
     window = (window_tokens or encoder.max_length) if chunking == "late" else None
@@ -495,7 +505,8 @@ def run_chunk_retrieval(
               "tokens_per_second": dcost["text_tokens"] / max(dcost["seconds"], 1e-9),
               "seconds_per_1000_chunks": 1000 * dcost["seconds"] / max(n_chunks, 1),
               "peak_memory_bytes": dcost["peak_memory_bytes"],
-              "resumed_chunks": dcost["resumed_parts"], "cached": dcost["cached"]},
+              "resumed_chunks": dcost["resumed_parts"], "cached": dcost["cached"],
+              "machines": dcost.get("machines", ["unknown"])},
         counts={"n_docs": len(dids), "n_chunks": n_chunks, "n_queries": len(qids),
                 "n_qrels": sum(len(r) for r in qrels.values()),
                 "n_spans": sum(len(s) for s in data.spans.values())},

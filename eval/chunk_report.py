@@ -54,7 +54,8 @@ def format_chunk_table(records: Sequence[Any]) -> str:
     :func:`~htp_retrieval.eval.report.method_cell`), chunk embedding, NDCG@10 and
     Recall@10 in-corpus and in-document, the NDCG@10 differences against ``naive`` chunks
     of the same size with ``vanilla-mean`` (bold where not ahead), and encode seconds per
-    1,000 chunks.
+    1,000 chunks (``n/a`` where the chunks were timed on more than one machine: a
+    checkpoint resumed elsewhere).
     """
     from htp_retrieval.eval.report import method_cell  # report imports this module
 
@@ -69,6 +70,8 @@ def format_chunk_table(records: Sequence[Any]) -> str:
         b = base.get(int(r.config.get("chunk_tokens") or 0))
         bs = b.scores if b is not None else {}
         cost = r.cost.get("seconds_per_1000_chunks")
+        if len(r.cost.get("machines") or ()) > 1:
+            cost = None  # a sum over machines is no one machine's cost
         same = b is r
         d_corpus = "-" if same else _diff(s.get("NDCG@10"), bs.get("NDCG@10"))
         d_doc = "-" if same else _diff(s.get("NDCG@10" + IN_DOC), bs.get("NDCG@10" + IN_DOC))

@@ -20,6 +20,7 @@ from htp_retrieval.eval.chunk_eval import (
 )
 from htp_retrieval.eval.data import BeirData
 from htp_retrieval.eval.harness import resolve_data
+from htp_retrieval.eval.retrieval import timing_machine
 
 SPANS = Path(__file__).resolve().parents[3] / "shared/data/spans/qmsum"
 needs_data = pytest.mark.skipif(not SPANS.exists(), reason="../shared/data not beside checkout")
@@ -113,6 +114,30 @@ def test_run_chunk_retrieval_scores_both_scopes(tiny_llama, tmp_path: Path) -> N
                               query_instruction="", show_progress_bar=False)
     assert mix.cost["cached"] == 2 and mix.config["chunking"] == "late-mix"
     assert mix.scores != late.scores
+    # every cost names the machine it was timed on, through the checkpoint and the cache
+    here = timing_machine("cpu")
+    assert late.cost["machines"] == again.cost["machines"] == mix.cost["machines"] == [here]
+
+
+def test_chunk_table_gives_no_time_for_chunks_timed_on_two_machines(
+        tiny_llama, tmp_path: Path) -> None:  # noqa: ANN001
+    """A chunk result resumed on another machine sums two machines' seconds: the table
+    prints ``n/a`` instead of that sum."""
+    from htp_retrieval.eval.chunk_report import format_chunk_table
+    from htp_retrieval.eval.report import read_result
+
+    model, tok = tiny_llama
+    data = load_spans(_toy(tmp_path), "dev")
+    enc = HTPEncoder(model, "vanilla-mean", tokenizer=tok, max_length=1024)
+    res = run_chunk_retrieval(enc, data, chunking="naive", chunk_tokens=16,
+                              query_instruction="", show_progress_bar=False)
+    res.config["command"] = "pytest"
+    res.save(tmp_path / "one.json")
+    res.cost["machines"] = ["AMD EPYC x2", timing_machine("cpu")]
+    res.save(tmp_path / "two.json")
+    one, two = (format_chunk_table([read_result(tmp_path / f)]).splitlines()[-1]
+                for f in ("one.json", "two.json"))
+    assert not one.endswith("| n/a |") and two.endswith("| n/a |")
 
 
 def test_resolve_data_and_cli_know_the_span_layout(tmp_path: Path) -> None:
