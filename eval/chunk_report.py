@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from htp_retrieval.eval.chunk_eval import CHUNK_VARIANTS, IN_DOC
+from htp_retrieval.eval.retrieval import timed_on_one_machine
 
 BASELINE = ("vanilla-mean", "naive")
 """``(method, chunking)`` of the rows every other row is compared with."""
@@ -70,8 +71,8 @@ def format_chunk_table(records: Sequence[Any]) -> str:
         b = base.get(int(r.config.get("chunk_tokens") or 0))
         bs = b.scores if b is not None else {}
         cost = r.cost.get("seconds_per_1000_chunks")
-        if len(r.cost.get("machines") or ()) > 1:
-            cost = None  # a sum over machines is no one machine's cost
+        if not timed_on_one_machine(r.cost):
+            cost = None
         same = b is r
         d_corpus = "-" if same else _diff(s.get("NDCG@10"), bs.get("NDCG@10"))
         d_doc = "-" if same else _diff(s.get("NDCG@10" + IN_DOC), bs.get("NDCG@10" + IN_DOC))

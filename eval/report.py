@@ -37,6 +37,7 @@ from typing import Any
 from htp_retrieval.eval.chunk_report import format_chunk_table, is_chunk_record, plot_chunk_scores
 from htp_retrieval.eval.dtype_report import format_dtype_table, shipped_choice, signed_cell
 from htp_retrieval.eval.naming import subset_of_run
+from htp_retrieval.eval.retrieval import timed_on_one_machine
 from htp_retrieval.methods import METHODS, MethodSpec
 from htp_retrieval.models import (
     PACKAGED,
@@ -555,9 +556,10 @@ def same_eval_call(a: Any, b: Any) -> bool:
     va, vb = getattr(a, "versions", None) or {}, getattr(b, "versions", None) or {}
     if any(va.get(k) != vb.get(k) for k in TIMING_KEYS):
         return False
-    ma, mb = ((getattr(r, "cost", None) or {}).get("machines") for r in (a, b))
-    if any(m is not None and len(m) > 1 for m in (ma, mb)):
+    ca, cb = getattr(a, "cost", None) or {}, getattr(b, "cost", None) or {}
+    if not (timed_on_one_machine(ca) and timed_on_one_machine(cb)):
         return False
+    ma, mb = ca.get("machines"), cb.get("machines")
     return ma is None or mb is None or ma == mb
 
 

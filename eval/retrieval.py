@@ -247,6 +247,15 @@ def timing_machine(device: str = "cpu") -> str:
     return label
 
 
+def timed_on_one_machine(cost: dict[str, Any]) -> bool:
+    """Whether a result's ``cost`` was timed on one machine: at most one
+    :func:`timing_machine` label in ``cost["machines"]`` (a result from before the labels
+    were recorded counts as one). A corpus resumed from a checkpoint encoded elsewhere sums
+    two machines' seconds, which is no one machine's cost.
+    """
+    return len(cost.get("machines") or ()) <= 1
+
+
 def encode_corpus(
     encoder: Any,
     texts: list[str],

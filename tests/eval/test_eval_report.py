@@ -717,7 +717,6 @@ def test_length_plot_colours_stay_distinct_past_ten_shipped_series() -> None:
         assert colour["ablation a"] not in {colour[lb] for lb in solid}
 
 
-
 def test_same_eval_call_needs_one_command_on_one_machine(tmp_path) -> None:
     """Cost ratios pair two results only when one ``eval`` call on one machine timed both:
     the same command rerun elsewhere, or a checkpoint resumed elsewhere, is not paired."""
