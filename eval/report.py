@@ -859,14 +859,23 @@ def _length_series(sets: Sequence[ResultSet], *, score: str | None = None,
 
     A plain score does not depend on a centring sample (:data:`SCORE_ONLY_KEYS`), so for
     plain scores runs with and without one form one series; where two runs of a series
-    share a length, the first in row order gives the point."""
+    share a length, a plain run gives the point before one that also added centred scores
+    (as :func:`~htp_retrieval.eval.dtype_report.shipped_choice` picks), then the first in
+    row order."""
     if not sets:
         return {}
     recs = [r for rs in sets for r in rs.records]
     score = score or sets[0].main_score
     keys = _length_keys(recs, score)
+    centred = (score or "").endswith(" centred")
+
+    def order(r: ResultRecord) -> tuple:
+        method, values, path = _row_sort_key(r, keys)
+        added = not centred and any(r.config.get(k) for k in SCORE_ONLY_KEYS)
+        return (method, values, added, path)
+
     series: dict[str, list[tuple[int, float]]] = {}
-    for r in sorted(recs, key=lambda r: _row_sort_key(r, keys)):
+    for r in sorted(recs, key=order):
         if r.length is not None and score in r.scores:
             pts = series.setdefault(label(r, keys), [])
             if all(x != r.length for x, _ in pts):
