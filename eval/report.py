@@ -117,6 +117,12 @@ class ResultRecord:
         return str(self.config.get("method", "?"))
 
     @property
+    def adds_score_only(self) -> bool:
+        """Whether the run also set something that only adds scores beside the plain ones
+        (:data:`SCORE_ONLY_KEYS`, e.g. ``eval --center-queries``)."""
+        return any(self.config.get(k) for k in SCORE_ONLY_KEYS)
+
+    @property
     def length_key(self) -> str:
         """``context_length`` for synthetic tasks, else ``max_length``."""
         return "context_length" if self.config.get("context_length") is not None else "max_length"
@@ -725,7 +731,7 @@ def comparisons(sets: Sequence[ResultSet], *, compare: str = "htp",
             out.append(Comparison(rs, variant_label(r, rs.keys), score, r.scores[score],
                                   base.scores[score], is_shipped(r, rs.keys), ndcg,
                                   r.config.get("dtype"),
-                                  any(r.config.get(k) for k in SCORE_ONLY_KEYS)))
+                                  r.adds_score_only))
     return out
 
 
@@ -871,7 +877,7 @@ def _length_series(sets: Sequence[ResultSet], *, score: str | None = None,
 
     def order(r: ResultRecord) -> tuple:
         method, values, path = _row_sort_key(r, keys)
-        added = not centred and any(r.config.get(k) for k in SCORE_ONLY_KEYS)
+        added = not centred and r.adds_score_only
         return (method, values, added, path)
 
     series: dict[str, list[tuple[int, float]]] = {}
