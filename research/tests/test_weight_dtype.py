@@ -11,6 +11,7 @@ SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "beir
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(not SCIFACT.is_dir(), reason="../shared/data missing")
 def test_cached_bf16_weights_are_a_rounding_of_the_float32_conversion(tmp_path: Path) -> None:
     import argparse
 

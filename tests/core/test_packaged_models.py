@@ -64,14 +64,21 @@ def test_eval_names_a_model_it_cannot_load_in_one_line(
 ) -> None:
     """`htp-retrieval eval --model X` where X is a packaged model whose package is missing,
     or a hub id not in the offline cache, exits with one line naming --model and the fix
-    (the pip command; the packaged names and the closest one), not a traceback."""
+    (the pip command; the packaged names and the closest one), not a traceback. The data is
+    a two-document BEIR folder written here, so the test needs nothing from ../shared."""
     pip = absent_model
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "Apples are red."}\n'
+                                       '{"_id": "d2", "title": "", "text": "Boats float."}\n')
+    (data / "queries.jsonl").write_text('{"_id": "q1", "text": "Which fruit is red?"}\n')
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     messages = []
     for model in ("absent", "smollm2-135m-instruc"):
         with pytest.raises(SystemExit) as err:
-            main(["eval", "--model", model, "--data", "needle", "--context-lengths", "256",
-                  "--methods", "vanilla-mean", "--quiet", "--output", str(tmp_path / "out")])
+            main(["eval", "--model", model, "--data", str(data), "--methods", "vanilla-mean",
+                  "--quiet", "--output", str(tmp_path / "out")])
         message = str(err.value.code)
         assert message.startswith("htp-retrieval eval: --model: ") and "\n" not in message
         messages.append(message)
