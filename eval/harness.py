@@ -780,8 +780,7 @@ def format_results(results: Sequence[RetrievalResult], *, baseline: str = "vanil
     tokens/s, peak memory (MiB) and the time and memory ratios to ``baseline`` from the same
     group measured by the same ``eval`` call on the same machine
     (:func:`~htp_retrieval.eval.report.same_eval_call`; ``n/a`` without one: a result reused
-    from an earlier call, or resumed from chunks encoded elsewhere, was timed under other
-    load).
+    from an earlier call, or resumed from a checkpoint, was timed under other load).
     """
     from htp_retrieval.eval.report import same_eval_call
 

@@ -546,10 +546,12 @@ TIMING_KEYS: tuple[str, ...] = ("cpu", "cpu_count", "device", "gpu")
 def same_eval_call(a: Any, b: Any) -> bool:
     """Whether two results were timed together, so that their times are comparable: one
     ``eval`` call (the same recorded ``command`` line) on one machine (the same
-    :data:`TIMING_KEYS` in ``versions``), and neither corpus resumed from chunks timed on
-    another machine (``cost["machines"]`` of one entry, the same in both, where recorded).
-    A command rerun later on another machine, or a checkpoint resumed there, gives results
-    with the same command whose times are not comparable.
+    :data:`TIMING_KEYS` in ``versions``), neither corpus resumed from chunks timed on
+    another machine (``cost["machines"]`` of one entry, the same in both, where recorded),
+    and neither resumed from a checkpoint at all (``cost["resumed_chunks"]`` zero): resumed
+    chunks were timed by an earlier call under its own load, and a machine label such as
+    ``AMD EPYC x2`` names a kind of machine, not one machine. A command rerun later, or a
+    checkpoint resumed, gives results with the same command whose times are not comparable.
 
     Args:
         a: A result with ``config`` (needs ``command``), and optionally ``versions`` and
@@ -564,6 +566,8 @@ def same_eval_call(a: Any, b: Any) -> bool:
         return False
     ca, cb = getattr(a, "cost", None) or {}, getattr(b, "cost", None) or {}
     if not (timed_on_one_machine(ca) and timed_on_one_machine(cb)):
+        return False
+    if ca.get("resumed_chunks") or cb.get("resumed_chunks"):
         return False
     ma, mb = ca.get("machines"), cb.get("machines")
     return ma is None or mb is None or ma == mb
@@ -1167,8 +1171,9 @@ def build_report(
             f"`time x {baseline}` and `memory x {baseline}` divide by the {baseline} run of "
             f"the same table (same model, dataset, length and subset) made by the same "
             f"`eval` call on the same machine, and are `n/a` where {baseline} came from "
-            f"another call or machine, or either run was resumed from a checkpoint encoded "
-            f"on another machine (other load, other chunking: `htp-retrieval bench` "
+            f"another call or machine, or either run was resumed from a checkpoint (its "
+            f"chunks were timed by an earlier call: other load, maybe another machine of "
+            f"the same kind; `encode s` then sums both calls; `htp-retrieval bench` "
             f"compares costs side by side). "
             f"Subset tables come "
             f"from subsampled runs (`--max-queries/--max-docs`) and are not comparable "

@@ -719,7 +719,8 @@ def test_length_plot_colours_stay_distinct_past_ten_shipped_series() -> None:
 
 def test_same_eval_call_needs_one_command_on_one_machine(tmp_path) -> None:
     """Cost ratios pair two results only when one ``eval`` call on one machine timed both:
-    the same command rerun elsewhere, or a checkpoint resumed elsewhere, is not paired."""
+    the same command rerun elsewhere, or a checkpoint resumed (here or elsewhere), is not
+    paired."""
     from htp_retrieval.eval.report import ResultRecord, same_eval_call
 
     def rec(command: str, cpu: str, machines: list[str] | None) -> ResultRecord:
@@ -737,3 +738,6 @@ def test_same_eval_call_needs_one_command_on_one_machine(tmp_path) -> None:
     assert not same_eval_call(a, rec(cmd, "Intel Xeon", ["Intel Xeon x2"]))
     assert not same_eval_call(a, rec(cmd, "AMD EPYC", ["AMD EPYC x2", "Intel Xeon x2"]))
     assert not same_eval_call(rec("", "AMD EPYC", None), rec("", "AMD EPYC", None))
+    resumed = rec(cmd, "AMD EPYC", ["AMD EPYC x2"])
+    resumed.cost["resumed_chunks"] = 3  # chunks timed by an earlier call of the command
+    assert not same_eval_call(a, resumed) and not same_eval_call(resumed, a)
