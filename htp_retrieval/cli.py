@@ -233,11 +233,15 @@ def cmd_segmenters(args: argparse.Namespace) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace) -> int:
-    """``htp-retrieval blocks``: placeholder blocks per document, fixed K vs the K policy."""
+    """``htp-retrieval blocks``: placeholder blocks per document (and with ``--queries`` per
+    query), fixed K vs the K policy."""
+    import itertools
+
     import numpy as np
 
     from htp_retrieval.encoder import HTPEncoder
     from htp_retrieval.eval.harness import encode_length, parse_list, resolve_data
+    from htp_retrieval.methods import task_instructions
 
     _check_model_arg(args.model, "blocks")
     try:
@@ -262,27 +266,39 @@ def cmd_blocks(args: argparse.Namespace) -> int:
           + (f", at least {dense} text tokens per block" if dense else "")
           + (f", at most {long[1]} blocks past {long[0]} text tokens" if long else "")
           + (f", at most {short[1]} up to {short[0]} text tokens" if short else ""))
-    print(f"| data | K rule | docs | blocks/doc min | mean | median | p95 | max "
-          f"| docs over {budget or 'budget'} "
-          "| placeholders / text tokens |\n|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| data | K rule | texts | blocks/text min | mean | median | p95 | max "
+          f"| texts over {budget or 'budget'} "
+          "| placeholders / text tokens | text tokens median |"
+          "\n|---|---|---|---|---|---|---|---|---|---|---|")
     rule_name = (f"max_blocks={budget}" + (f", min_block_tokens={dense}" if dense else "")
                  + (f", long_budget={long[0]}:{long[1]}" if long else "")
                  + (f", short_budget={short[0]}:{short[1]}" if short else ""))
     for it in items:
-        texts = [it.data.doc_text(d) for d in it.data.corpus]
+        if it.kind == "sts":
+            raise SystemExit(f"htp-retrieval blocks: {args.data} is STS data (sentence pairs, "
+                             "no documents); give a retrieval or evidence-span folder, needle "
+                             "or passkey")
+        data = it.data.beir if it.kind == "spans" else it.data  # spans: the whole documents
+        texts = [data.doc_text(d) for d in data.corpus]
         # the length `eval` encodes this set with (needle/passkey: every document whole)
         fixed.max_length = policy.max_length = encode_length(
-            fixed, it.data, max_length=args.max_length, context_length=it.context_length)
+            fixed, data, max_length=args.max_length, context_length=it.context_length)
         label = f"{it.name}-{it.split}" + (
             f" @{it.context_length}" if it.context_length is not None else "")
-        for rule, enc in (("fixed", fixed), (rule_name, policy)):
-            lays = enc.build_layouts(texts)
+        sets = [(label, texts, None)]
+        if args.queries:
+            sets.append((f"{label} queries", list(data.queries.values()),
+                         task_instructions(data.name)[0]))
+        for (name, set_texts, instruction), (rule, enc) in itertools.product(
+                sets, (("fixed", fixed), (rule_name, policy))):
+            lays = enc.build_layouts(set_texts, instruction=instruction)
             n = np.array([len(lay.pst_positions) for lay in lays])
             share = sum(lay.n_placeholders for lay in lays) / sum(lay.n_text_tokens for lay in lays)
             over = int((n > budget).sum()) if budget else "-"
-            print(f"| {label} | {rule} | {len(n)} | {n.min()} | {n.mean():.1f} "
+            print(f"| {name} | {rule} | {len(n)} | {n.min()} | {n.mean():.1f} "
                   f"| {np.median(n):.0f} | {np.percentile(n, 95):.0f} | {n.max()} "
-                  f"| {over} | {share:.3f} |")
+                  f"| {over} | {share:.3f} "
+                  f"| {np.median([lay.n_text_tokens for lay in lays]):.0f} |")
     return 0
 
 
@@ -515,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=None,
                    help="max text tokens per document (default: what `eval` uses: for "
                    "needle/passkey whole documents, otherwise 512)")
+    p.add_argument("--queries", action="store_true",
+                   help="also lay out the queries, with the task's query instruction as "
+                   "`eval` encodes them (rows '<data> queries')")
     p.set_defaults(func=cmd_blocks)
 
     return run_parsed(parser, sub, argv)

@@ -97,6 +97,36 @@ def test_blocks_command_keeps_qmsum_within_the_block_budget(capsys) -> None:  # 
 
 
 @pytest.mark.skipif(not os.path.isdir(QMSUM), reason="../shared/data missing")
+def test_blocks_command_lays_out_queries_with_their_instruction(capsys) -> None:  # noqa: ANN001
+    """``blocks --queries`` adds rows for the queries (LongEmbed QMSum's 1,527 answer
+    summaries), laid out with the task's query instruction as ``eval`` encodes them: far
+    shorter than the 512-token meetings, so fewer blocks under the shipped policy."""
+    assert main(["blocks", "--data", QMSUM, "--max-length", "512", "--queries"]) == 0
+    rows = [[c.strip() for c in line.split("|")[1:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| qmsum-test")]
+    docs = [r for r in rows if r[0] == "qmsum-test" and r[1] != "fixed"]
+    queries = [r for r in rows if r[0] == "qmsum-test queries" and r[1] != "fixed"]
+    assert len(docs) == len(queries) == 1
+    assert docs[0][2] == "197" and queries[0][2] == "1527"
+    assert queries[0][3] == "1" and float(queries[0][4]) < float(docs[0][4])
+    assert int(docs[0][10]) == 512 and 0 < int(queries[0][10]) < 512  # median text tokens
+
+
+@pytest.mark.skipif(not os.path.isdir(QMSUM), reason="../shared/data missing")
+def test_blocks_command_reads_span_folders_and_refuses_sts(capsys) -> None:  # noqa: ANN001
+    """An evidence-span folder is laid out as its whole documents (the 197 QMSum meetings of
+    ``spans/qmsum``); STS data has no documents and gets a one-line error naming it."""
+    spans = os.path.join(QMSUM, "..", "..", "spans", "qmsum")
+    assert main(["blocks", "--data", spans, "--split", "dev", "--max-length", "512"]) == 0
+    rows = [[c.strip() for c in line.split("|")[1:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| qmsum-dev")]
+    assert [r[2] for r in rows] == ["197", "197"]
+    stsb = os.path.join(QMSUM, "..", "..", "sts", "stsb")
+    with pytest.raises(SystemExit, match="STS data"):
+        main(["blocks", "--data", stsb])
+
+
+@pytest.mark.skipif(not os.path.isdir(QMSUM), reason="../shared/data missing")
 def test_blocks_command_measures_needle_at_its_context_length(capsys) -> None:  # noqa: ANN001
     """Without ``--max-length``, needle documents are laid out at their context length, as
     ``eval`` encodes them: at 1,100 tokens (past 1024) the shipped policy gives 8 blocks,
