@@ -249,6 +249,9 @@ def cmd_blocks(args: argparse.Namespace) -> int:
                              context_lengths=parse_list(args.context_lengths))
     except (FileNotFoundError, RuntimeError, ValueError) as e:
         raise SystemExit(f"htp-retrieval blocks: {e}") from e
+    if any(it.kind == "sts" for it in items):
+        raise SystemExit(f"htp-retrieval blocks: {args.data} is STS data (sentence pairs, no "
+                         "documents); give a retrieval or evidence-span folder, needle or passkey")
     fixed = HTPEncoder(args.model, args.method, k=args.k, max_blocks=0, min_block_tokens=0,
                        long_budget=0, short_budget=0, max_length=args.max_length or 512)
     policy = HTPEncoder(fixed.model, args.method, tokenizer=fixed.tokenizer, k=args.k,
@@ -274,10 +277,6 @@ def cmd_blocks(args: argparse.Namespace) -> int:
                  + (f", long_budget={long[0]}:{long[1]}" if long else "")
                  + (f", short_budget={short[0]}:{short[1]}" if short else ""))
     for it in items:
-        if it.kind == "sts":
-            raise SystemExit(f"htp-retrieval blocks: {args.data} is STS data (sentence pairs, "
-                             "no documents); give a retrieval or evidence-span folder, needle "
-                             "or passkey")
         data = it.data.beir if it.kind == "spans" else it.data  # spans: the whole documents
         texts = [data.doc_text(d) for d in data.corpus]
         # the length `eval` encodes this set with (needle/passkey: every document whole)
