@@ -83,6 +83,18 @@ class DataItem:
     data: BeirData | StsData | SpanData
     context_length: int | None = None
 
+    @property
+    def documents(self) -> BeirData:
+        """The split's documents and queries as :class:`BeirData` (an evidence-span split:
+        its whole documents and document-level qrels).
+
+        Raises:
+            ValueError: for STS data, which has sentence pairs and no documents.
+        """
+        if isinstance(self.data, StsData):
+            raise ValueError(f"{self.name}: STS data (sentence pairs) has no documents")
+        return self.data.beir if isinstance(self.data, SpanData) else self.data
+
 
 @dataclass(frozen=True)
 class RunPoint:
@@ -612,9 +624,7 @@ def result_paths(
         if tokenizer is None:
             raise ValueError(f"{item.name}: a synthetic task without --max-length needs the "
                              "model's tokenizer to measure its documents")
-        data = item.data.beir if isinstance(item.data, SpanData) else item.data
-        assert isinstance(data, BeirData)
-        covering = encode_length(tokenizer, data, context_length=item.context_length)
+        covering = encode_length(tokenizer, item.documents, context_length=item.context_length)
     cfg = point_config(settings, point, item, max_length=covering)
     chunkings = list(settings.chunkings) if item.kind == "spans" else [None]
     planned = []

@@ -277,17 +277,17 @@ def cmd_blocks(args: argparse.Namespace) -> int:
                  + (f", long_budget={long[0]}:{long[1]}" if long else "")
                  + (f", short_budget={short[0]}:{short[1]}" if short else ""))
     for it in items:
-        data = it.data.beir if it.kind == "spans" else it.data  # spans: the whole documents
+        data = it.documents  # an evidence-span split: its whole documents
         texts = [data.doc_text(d) for d in data.corpus]
+        query_instruction, document_instruction = task_instructions(data.name)
         # the length `eval` encodes this set with (needle/passkey: every document whole)
         fixed.max_length = policy.max_length = encode_length(
             fixed, data, max_length=args.max_length, context_length=it.context_length)
         label = f"{it.name}-{it.split}" + (
             f" @{it.context_length}" if it.context_length is not None else "")
-        sets = [(label, texts, None)]
+        sets = [(label, texts, document_instruction)]
         if args.queries:
-            sets.append((f"{label} queries", list(data.queries.values()),
-                         task_instructions(data.name)[0]))
+            sets.append((f"{label} queries", list(data.queries.values()), query_instruction))
         for (name, set_texts, instruction), (rule, enc) in itertools.product(
                 sets, (("fixed", fixed), (rule_name, policy))):
             lays = enc.build_layouts(set_texts, instruction=instruction)
